@@ -1,0 +1,1 @@
+//! sinter compiler.

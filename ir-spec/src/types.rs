@@ -1,0 +1,175 @@
+//! Element types and tensor types.
+//!
+//! Every value in a graph has a static [`TensorType`]: an element [`DType`] and a shape whose
+//! dimensions are all known. A scalar is a tensor of rank 0 (`f32[]`).
+
+use std::fmt;
+
+/// Element type of a tensor.
+///
+/// The arena stores every element in 4 bytes today; [`DType::size_bytes`] is the one place that
+/// says so, so that f16 can be added as a variant without touching the passes that only ask.
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum DType {
+    F32,
+    I32,
+}
+
+impl DType {
+    pub const ALL: [DType; 2] = [DType::F32, DType::I32];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A static shape: one extent per axis, outermost first (C order).
+pub type Shape = Vec<usize>;
+
+/// The type of a value: element type and static shape.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+impl TensorType {
+    pub fn new(dtype: DType, shape: impl Into<Shape>) -> TensorType {
+        TensorType {
+            dtype,
+            shape: shape.into(),
+        }
+    }
+
+    pub fn f32(shape: impl Into<Shape>) -> TensorType {
+        TensorType::new(DType::F32, shape)
+    }
+
+    pub fn i32(shape: impl Into<Shape>) -> TensorType {
+        TensorType::new(DType::I32, shape)
+    }
+
+    pub fn scalar(dtype: DType) -> TensorType {
+        TensorType::new(dtype, Vec::new())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements (1 for a scalar).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_bytes()
+    }
+
+    pub fn is_scalar(&self) -> bool {
+        self.shape.is_empty()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Row-major (C order) strides, in elements, of a shape.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// numpy broadcasting of two shapes; `None` when they are incompatible.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Shape> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Whether `from` broadcasts to exactly `to` (numpy rules, `from` on the right).
+pub fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len() && broadcast_shapes(from, to).as_deref() == Some(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(broadcast_shapes(&[3, 1], &[4]), Some(vec![3, 4]));
+        assert_eq!(broadcast_shapes(&[], &[2, 3]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shapes(&[2, 3], &[3, 2]), None);
+        assert!(broadcasts_to(&[1, 5], &[7, 5]));
+        assert!(!broadcasts_to(&[7, 5], &[5]));
+    }
+
+    #[test]
+    fn strides() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(contiguous_strides(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn display() {
+        assert_eq!(TensorType::f32(vec![2, 3]).to_string(), "f32[2, 3]");
+        assert_eq!(TensorType::scalar(DType::I32).to_string(), "i32[]");
+    }
+}
