@@ -575,10 +575,15 @@ impl Cx<'_> {
             }
             Attention => self.attention(),
             Constant => {
-                if !self.attrs.float("value").is_finite() {
-                    return Err(attr_err("value", "a constant must be finite"));
+                if self.attrs.float("value").is_nan() {
+                    return Err(attr_err("value", "a constant cannot be nan"));
                 }
                 one(TensorType::scalar(DType::F32))
+            }
+            Iota => {
+                let shape = self.positive_ints("shape", 1)?;
+                self.axis_attr("axis", shape.len())?;
+                one(TensorType::f32(shape))
             }
             Grad => {
                 let loss = self.input(0);

@@ -7,9 +7,14 @@
 //! wgpu): it is the contract both the compiler and the runtime build against.
 
 pub mod attr;
+pub mod diag;
+pub mod expand;
 pub mod graph;
 pub mod infer;
+pub mod init;
+pub mod interp;
 pub mod op;
+pub mod text;
 pub mod types;
 
 pub use attr::{Attr, Attrs};

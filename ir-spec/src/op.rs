@@ -78,6 +78,8 @@ pub enum Op {
     Attention,
     // a literal scalar
     Constant,
+    // index along an axis, as f32 (builds masks)
+    Iota,
     // reverse-mode derivative, expanded by autodiff
     Grad,
     // optimizers
@@ -466,7 +468,11 @@ pub static OPS: &[OpSpec] = &[
         summary: "softmax(scale * q k^T + mask) v on [batch, heads, seq, head_dim]" },
     OpSpec { op: Op::Constant, name: "constant", class: OpClass::Constant, operands: &[],
         attrs: &[attr("value", AttrKind::Float, AttrDefault::Required)],
-        summary: "a scalar f32 literal" },
+        summary: "a scalar f32 literal (may be inf or -inf, not nan)" },
+    OpSpec { op: Op::Iota, name: "iota", class: OpClass::Constant, operands: &[],
+        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required),
+                 attr("axis", AttrKind::Int, AttrDefault::Required)],
+        summary: "f32 tensor of the given shape whose element is its index along axis" },
     OpSpec { op: Op::Grad, name: "grad", class: OpClass::Grad,
         operands: &[nondiff("loss"), variadic("wrt", false)], attrs: &[],
         summary: "d loss / d wrt_i for each wrt_i (an input, param or state)" },

@@ -1,0 +1,1 @@
+//! Diagnostics with source spans, rendered with codespan-reporting.

@@ -1,0 +1,1 @@
+//! Front-end expansion of composite ops (`attention`) into primitives.

@@ -1,0 +1,1 @@
+//! Deterministic initializers for params and states.

@@ -1,0 +1,1 @@
+//! The reference interpreter: the executable semantics of every op, in f64.

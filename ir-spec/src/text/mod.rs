@@ -1,0 +1,1 @@
+//! The `.sir` text format: lexer, parser (which also verifies), printer.
