@@ -1,1 +1,130 @@
-//! Shared helpers for sinter integration tests.
+//! Shared helpers for sinter's integration tests: deterministic random tensors, and the
+//! differential check that runs a program through the reference interpreter and through the
+//! compiled artifact on the GPU and compares every output.
+
+use std::collections::HashMap;
+
+use sinter_ir::interp::{Tensor, evaluate};
+use sinter_ir::{DType, Graph, TensorType};
+use sinter_runtime::Session;
+use sinter_runtime::io::HostTensor;
+
+/// SplitMix64: small, deterministic, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [lo, hi), never exactly zero (so tests never pass on zeros).
+    pub fn nonzero(&mut self, lo: f64, hi: f64) -> f64 {
+        loop {
+            let v = lo + (hi - lo) * self.uniform();
+            if v.abs() > 1e-3 {
+                return v;
+            }
+        }
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// A random tensor: f32 values in [-2, 2) (never zero), i32 values in [0, int_bound).
+pub fn random_tensor(rng: &mut Rng, ty: &TensorType, int_bound: u64) -> Tensor {
+    let data = (0..ty.numel())
+        .map(|_| match ty.dtype {
+            DType::F32 => (rng.nonzero(-2.0, 2.0) as f32) as f64,
+            DType::I32 => rng.below(int_bound) as f64,
+        })
+        .collect();
+    Tensor::new(ty.clone(), data)
+}
+
+/// Random values for every input of `g`; `overrides` replaces some by name.
+pub fn random_inputs(g: &Graph, seed: u64, int_bound: u64, overrides: &[(&str, Tensor)]) -> HashMap<String, Tensor> {
+    let mut rng = Rng::new(seed);
+    g.inputs()
+        .map(|v| {
+            let value = g.value(v);
+            let t = match overrides.iter().find(|(n, _)| *n == value.name) {
+                Some((_, t)) => t.clone(),
+                None => random_tensor(&mut rng, &value.ty, int_bound),
+            };
+            (value.name.clone(), t)
+        })
+        .collect()
+}
+
+/// Largest difference between `got` and `want`, relative to the largest |want| (or absolute
+/// when that is below 1). NaN must match NaN, infinities must match exactly.
+pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().filter(|w| w.is_finite()).fold(1.0f64, |m, w| m.max(w.abs()));
+    let mut worst = 0.0f64;
+    for (&g, &w) in got.iter().zip(want) {
+        let err = if w.is_nan() || g.is_nan() {
+            if w.is_nan() && g.is_nan() { 0.0 } else { f64::INFINITY }
+        } else if w.is_infinite() || g.is_infinite() {
+            if g == w { 0.0 } else { f64::INFINITY }
+        } else {
+            (g - w).abs() / scale
+        };
+        worst = worst.max(err);
+    }
+    worst
+}
+
+/// Parses `src`, evaluates it with the reference interpreter and on the GPU with the same
+/// inputs, and asserts every output agrees within `tol` (see [`relative_error`]). Returns the
+/// errors per output.
+pub fn check_gpu(src: &str, tol: f64, overrides: &[(&str, Tensor)], int_bound: u64) -> Vec<(String, f64)> {
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("test.sir", src)));
+    check_graph_gpu(&graph, tol, overrides, int_bound, &sinter_compiler::Options::default())
+}
+
+pub fn check_graph_gpu(
+    graph: &Graph,
+    tol: f64,
+    overrides: &[(&str, Tensor)],
+    int_bound: u64,
+    options: &sinter_compiler::Options,
+) -> Vec<(String, f64)> {
+    let inputs = random_inputs(graph, 7, int_bound, overrides);
+    let expanded = sinter_ir::expand::expand_composites(graph);
+    let want = evaluate(&expanded, &inputs, &HashMap::new()).unwrap_or_else(|e| panic!("interpreter: {e}"));
+    let compiled = sinter_compiler::compile(graph, options).unwrap_or_else(|e| panic!("compile: {e}"));
+    let mut session = Session::load(compiled.artifact).unwrap_or_else(|e| panic!("load: {e}"));
+    let host: Vec<(String, HostTensor)> = inputs.iter().map(|(n, t)| (n.clone(), HostTensor::from_interp(t))).collect();
+    let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
+    let mut errors = Vec::new();
+    for (name, expected) in &want.outputs {
+        let actual = got.get(name).unwrap_or_else(|| panic!("GPU run lacks output `{name}`")).to_interp();
+        assert_eq!(actual.ty, expected.ty, "output `{name}` type");
+        let err = relative_error(&actual.data, &expected.data);
+        assert!(
+            err <= tol,
+            "output `{name}`: GPU differs from the interpreter by {err:e} (tolerance {tol:e})\n got  {:?}\n want {:?}",
+            &actual.data[..actual.data.len().min(16)],
+            &expected.data[..expected.data.len().min(16)]
+        );
+        errors.push((name.clone(), err));
+    }
+    errors
+}

@@ -1,1 +1,334 @@
-//! sinter compiler.
+//! # sinter-compiler
+//!
+//! Turns a verified [`Graph`] into an [`Artifact`]: expand composites, lower to a schedule of
+//! kernels over strided views, plan arena memory, generate WGSL (validated by naga), pack.
+//! [`compile`] orders the passes; each pass lives in its own module.
+//!
+//! **Architecture Invariant:** only naga-validated WGSL leaves codegen: an invalid module is a
+//! compiler bug and fails compilation with naga's diagnostic.
+
+pub mod autodiff;
+pub mod codegen;
+pub mod error;
+pub mod kernel;
+pub mod layout;
+pub mod memory;
+pub mod schedule;
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use sinter_ir::artifact::{
+    ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
+    Requirements, Role, TensorSlot,
+};
+use sinter_ir::{DType, Graph, ValueDef};
+
+pub use error::CompileError;
+use memory::MemoryPlan;
+use schedule::{BufferKind, Schedule};
+
+/// The default `max_storage_buffer_binding_size` of wgpu (128 MiB): plans larger than this
+/// are split over several arena bindings.
+pub const DEFAULT_MAX_BINDING: u64 = 128 << 20;
+
+/// Passes whose result `--dump-after` can print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    Expand,
+    Autodiff,
+    Schedule,
+    Memory,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 4] = [Pass::Expand, Pass::Autodiff, Pass::Schedule, Pass::Memory];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Expand => "expand",
+            Pass::Autodiff => "autodiff",
+            Pass::Schedule => "schedule",
+            Pass::Memory => "memory",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Largest arena binding, in bytes.
+    pub max_binding_size: u64,
+    /// Passes to dump (see [`Compiled::dumps`]).
+    pub dump_after: Vec<Pass>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            max_binding_size: DEFAULT_MAX_BINDING,
+            dump_after: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Compiled {
+    pub artifact: Artifact,
+    /// `(pass, text)` for every pass asked for in [`Options::dump_after`].
+    pub dumps: Vec<(Pass, String)>,
+}
+
+/// The whole pipeline, pass by pass.
+pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileError> {
+    let mut dumps = Vec::new();
+    let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
+        if options.dump_after.contains(&pass) {
+            dumps.push((pass, text()));
+        }
+    };
+    let graph = sinter_ir::expand::expand_composites(graph);
+    dump(Pass::Expand, &|| sinter_ir::text::print(&graph));
+    let graph = autodiff::differentiate(&graph)?.graph;
+    dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
+    let sched = schedule::lower(&graph)?;
+    dump(Pass::Schedule, &|| describe_schedule(&sched));
+    let mem = memory::plan(&sched, options.max_binding_size)?;
+    dump(Pass::Memory, &|| describe_memory(&sched, &mem));
+    let artifact = pack(&graph, &sched, &mem)?;
+    Ok(Compiled { artifact, dumps })
+}
+
+/// Generates every kernel, validates it, and assembles the artifact.
+fn pack(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> Result<Artifact, CompileError> {
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let mut by_text: HashMap<String, u32> = HashMap::new();
+    let mut dispatches = Vec::new();
+    let mut req = Requirements {
+        max_compute_invocations_per_workgroup: codegen::WORKGROUP,
+        max_compute_workgroup_size_x: codegen::WORKGROUP,
+        ..Requirements::default()
+    };
+    for step in &sched.steps {
+        let src = codegen::emit(&step.plan, mem)?;
+        let index = match by_text.get(&src.wgsl) {
+            Some(&i) => {
+                let k = &mut kernels[i as usize];
+                for op in &step.ops {
+                    if !k.ops.contains(op) {
+                        k.ops.push(op.clone());
+                    }
+                }
+                i
+            }
+            None => {
+                let name = format!("k{}_{}", kernels.len(), step.plan.pattern());
+                codegen::validate(&name, &src.wgsl)?;
+                let i = kernels.len() as u32;
+                kernels.push(Kernel {
+                    name,
+                    pattern: step.plan.pattern().to_string(),
+                    ops: step.ops.clone(),
+                    wgsl: src.wgsl.clone(),
+                    entry_point: "main".into(),
+                    workgroup_size: [codegen::WORKGROUP, 1, 1],
+                    arena_bindings: src.arenas.len() as u32,
+                    loops_bounded: true,
+                });
+                by_text.insert(src.wgsl.clone(), i);
+                i
+            }
+        };
+        req.max_storage_buffers_per_shader_stage = req
+            .max_storage_buffers_per_shader_stage
+            .max(src.arenas.len() as u32);
+        req.max_compute_workgroup_storage_size = req
+            .max_compute_workgroup_storage_size
+            .max(src.workgroup_storage_bytes);
+        req.max_compute_workgroups_per_dimension = req
+            .max_compute_workgroups_per_dimension
+            .max(*src.workgroups.iter().max().expect("3 dims"));
+        req.max_uniform_buffer_binding_size = req
+            .max_uniform_buffer_binding_size
+            .max(src.params.len() as u64 * 4);
+        dispatches.push(Dispatch {
+            kernel: index,
+            arenas: src.arenas,
+            params: src.params,
+            workgroups: src.workgroups,
+        });
+    }
+    let arena_size = |bytes: u64| bytes.max(4);
+    let largest = mem
+        .arenas
+        .iter()
+        .copied()
+        .map(arena_size)
+        .max()
+        .unwrap_or(4);
+    req.max_storage_buffer_binding_size = largest;
+    req.max_buffer_size = largest;
+
+    let (tensors, blob) = tensor_slots(graph, sched, mem);
+    let assigns = sched
+        .assigns
+        .iter()
+        .map(|(target, view)| {
+            let t = mem.placements[target_buffer(sched, *target)];
+            let s = mem.placements[view.buffer.0 as usize];
+            AssignCopy {
+                target: graph.name_of(*target).to_string(),
+                source_arena: s.arena,
+                source_offset: s.offset + view.offset as u64 * 4,
+                target_arena: t.arena,
+                target_offset: t.offset,
+                bytes: graph.ty(*target).size_bytes() as u64,
+            }
+        })
+        .collect();
+    let memory = MemoryReport {
+        peak_bytes: mem.peak_bytes,
+        lower_bound_bytes: mem.lower_bound_bytes,
+        buffers: sched
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BufferPlacement {
+                label: b.label.clone(),
+                arena: mem.placements[i].arena,
+                offset: mem.placements[i].offset,
+                size_bytes: b.ty.size_bytes() as u64,
+                live: mem.live[i],
+            })
+            .collect(),
+    };
+    let artifact = Artifact {
+        graph: graph.name.clone(),
+        requirements: req,
+        arenas: mem
+            .arenas
+            .iter()
+            .map(|&b| ArenaLayout {
+                size_bytes: arena_size(b),
+            })
+            .collect(),
+        kernels,
+        dispatches,
+        tensors,
+        assigns,
+        memory,
+        blob,
+    };
+    artifact
+        .check()
+        .map_err(|e| CompileError::Internal(e.to_string()))?;
+    Ok(artifact)
+}
+
+fn target_buffer(sched: &Schedule, value: sinter_ir::ValueId) -> usize {
+    sched
+        .buffers
+        .iter()
+        .position(|b| b.kind == BufferKind::Persistent(value) || b.kind == BufferKind::Input(value))
+        .expect("every declaration has a buffer")
+}
+
+/// The I/O manifest and the initial-value blob.
+fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<TensorSlot>, Vec<u8>) {
+    let mut slots = Vec::new();
+    let mut blob = Vec::new();
+    for (i, b) in sched.buffers.iter().enumerate() {
+        let (value, role, init) = match b.kind {
+            BufferKind::Temp => continue,
+            BufferKind::Input(v) => (v, Role::Input, None),
+            BufferKind::Persistent(v) => match &graph.value(v).def {
+                ValueDef::Param(init) => (v, Role::Param, Some(init)),
+                ValueDef::State(init) => (v, Role::State, Some(init)),
+                _ => unreachable!("persistent buffers hold params and states"),
+            },
+        };
+        let ty = graph.ty(value).clone();
+        let init = init.map(|init| {
+            let start = blob.len() as u64;
+            let t = sinter_ir::init::initial_value(&ty, init);
+            for &v in &t.data {
+                match ty.dtype {
+                    DType::F32 => blob.extend_from_slice(&(v as f32).to_le_bytes()),
+                    DType::I32 => blob.extend_from_slice(&(v as i32).to_le_bytes()),
+                }
+            }
+            (start, blob.len() as u64 - start)
+        });
+        let p = mem.placements[i];
+        slots.push(TensorSlot {
+            name: graph.name_of(value).to_string(),
+            role,
+            ty,
+            arena: p.arena,
+            offset: p.offset,
+            init,
+        });
+    }
+    for o in &sched.outputs {
+        let p = mem.placements[o.view.buffer.0 as usize];
+        slots.push(TensorSlot {
+            name: o.name.clone(),
+            role: Role::Output,
+            ty: o.ty.clone(),
+            arena: p.arena,
+            offset: p.offset + o.view.offset as u64 * 4,
+            init: None,
+        });
+    }
+    (slots, blob)
+}
+
+/// Text of a schedule for `--dump-after schedule`.
+pub fn describe_schedule(sched: &Schedule) -> String {
+    let mut s = String::new();
+    for (i, step) in sched.steps.iter().enumerate() {
+        writeln!(
+            s,
+            "step {i}: {} [{}]",
+            step.plan.pattern(),
+            step.ops.join("; ")
+        )
+        .unwrap();
+    }
+    for o in &sched.outputs {
+        writeln!(
+            s,
+            "output {}: {} in buffer {}",
+            o.name, o.ty, o.view.buffer.0
+        )
+        .unwrap();
+    }
+    s
+}
+
+/// Text of a memory plan for `--dump-after memory`.
+pub fn describe_memory(sched: &Schedule, mem: &MemoryPlan) -> String {
+    let mut s = String::new();
+    writeln!(
+        s,
+        "peak {} bytes, lower bound {} bytes ({:.3}x), {} arena(s)",
+        mem.peak_bytes,
+        mem.lower_bound_bytes,
+        mem.peak_bytes as f64 / mem.lower_bound_bytes.max(1) as f64,
+        mem.arenas.len()
+    )
+    .unwrap();
+    for (i, b) in sched.buffers.iter().enumerate() {
+        let p = mem.placements[i];
+        let (first, last) = mem.live[i];
+        writeln!(
+            s,
+            "  arena {} @ {:>10}  {:>10} B  live {first}..={last}  {}",
+            p.arena,
+            p.offset,
+            b.ty.size_bytes(),
+            b.label
+        )
+        .unwrap();
+    }
+    s
+}

@@ -1,1 +1,250 @@
-//! Front-end expansion of composite ops (`attention`) into primitives.
+//! Front-end expansion of composite ops (`attention`) into primitives, and [`rebuild`], the
+//! node-by-node graph copy that this and later passes use to replace nodes.
+//!
+//! `attention(q, k, v, [mask], scale, causal, window, mask_kind)` becomes
+//! ```text
+//! s = mul(matmul(q, transpose(k, dim0=2, dim1=3)), constant(scale))
+//! s = add(s, mask)                          # additive mask
+//! s = where(mask, s, constant(-inf))        # boolean mask
+//! s = where(keep, s, constant(-inf))        # causal and/or window, keep: [Sq, Sk] of 0/1
+//! out = matmul(softmax(s, axis=3), v)
+//! ```
+//! with `row = iota([Sq, Sk], axis=0)`, `col = iota([Sq, Sk], axis=1)`, causal
+//! `keep = le(col, row)`, window `keep = lt(abs(sub(row, col)), constant(window))`, and both
+//! `mul` of the two. The interpreter evaluates `attention` directly with exactly these steps,
+//! in this order.
+
+use crate::attr::{Attr, Attrs};
+use crate::graph::{Graph, GraphError, Node, ValueDef, ValueId};
+use crate::op::Op;
+
+/// A graph under reconstruction from `old`, for [`rebuild`]'s lowering callback.
+///
+/// Values added through [`Rebuild::add`] get generated names that no value of `old` or of the
+/// new graph has, so the nodes copied later keep their own names.
+pub struct Rebuild<'a> {
+    /// The graph being copied.
+    pub old: &'a Graph,
+    new: Graph,
+    map: Vec<Option<ValueId>>,
+}
+
+impl Rebuild<'_> {
+    /// The new graph so far (to read types of new values).
+    pub fn graph(&self) -> &Graph {
+        &self.new
+    }
+
+    /// The new value that stands for `old`'s value `v` (defined before the current node).
+    pub fn mapped(&self, v: ValueId) -> ValueId {
+        self.map[v.index()].expect("operands precede their users")
+    }
+
+    /// A generated name (`_` and a number) free in both graphs.
+    pub fn fresh_name(&self) -> String {
+        (self.new.values.len()..)
+            .map(|k| format!("_{k}"))
+            .find(|n| self.old.lookup(n).is_none() && self.new.lookup(n).is_none())
+            .expect("some name is free")
+    }
+
+    /// Adds a node with fresh names for its results.
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        inputs: &[ValueId],
+        attrs: Attrs,
+    ) -> Result<Vec<ValueId>, GraphError> {
+        let results = self.new.add_node(op, inputs, attrs, None)?;
+        // The builder's generated names are free in the new graph; move any that an old value
+        // (copied later) will need.
+        for &r in &results {
+            if self.old.lookup(self.new.name_of(r)).is_some() {
+                let name = self.fresh_name();
+                self.new.rename(r, name)?;
+            }
+        }
+        Ok(results)
+    }
+
+    /// Adds a single-result node with a fresh name.
+    pub fn add(&mut self, op: Op, inputs: &[ValueId], attrs: Attrs) -> Result<ValueId, GraphError> {
+        Ok(self.add_node(op, inputs, attrs)?[0])
+    }
+
+    /// Adds a scalar f32 literal with a fresh name.
+    pub fn constant(&mut self, value: f64) -> Result<ValueId, GraphError> {
+        self.add(
+            Op::Constant,
+            &[],
+            Attrs::new().with("value", Attr::Float(value)),
+        )
+    }
+}
+
+/// Copies `g` into a new graph, declaration by declaration and node by node, in arena order.
+///
+/// For each node, `lower` gets the builder, the old node and its operands mapped into the new
+/// graph. It returns `Ok(None)` to copy the node unchanged, or `Ok(Some(results))` with one new
+/// value per result of the node, built with [`Rebuild::add`]; results created by this call are
+/// renamed to the old results' names (a result that is an older value keeps its own name).
+/// Declarations, assigns, outputs and the graph's name carry over.
+pub fn rebuild<F>(g: &Graph, mut lower: F) -> Result<Graph, GraphError>
+where
+    F: FnMut(&mut Rebuild, &Node, &[ValueId]) -> Result<Option<Vec<ValueId>>, GraphError>,
+{
+    let mut rb = Rebuild {
+        old: g,
+        new: Graph::new(g.name.clone()),
+        map: vec![None; g.values.len()],
+    };
+    for id in g.value_ids() {
+        let value = g.value(id);
+        let (name, ty) = (value.name.clone(), value.ty.clone());
+        let node = match &value.def {
+            ValueDef::Input => {
+                rb.map[id.index()] = Some(rb.new.add_input(name, ty)?);
+                continue;
+            }
+            ValueDef::Param(init) => {
+                rb.map[id.index()] = Some(rb.new.add_param(name, ty, init.clone())?);
+                continue;
+            }
+            ValueDef::State(init) => {
+                rb.map[id.index()] = Some(rb.new.add_state(name, ty, init.clone())?);
+                continue;
+            }
+            // A node is rebuilt once, at its first result.
+            ValueDef::Node { index: 0, node } => g.node(*node),
+            ValueDef::Node { .. } => continue,
+        };
+        let inputs: Vec<ValueId> = node.inputs.iter().map(|&v| rb.mapped(v)).collect();
+        let first_new = rb.new.values.len();
+        let results = match lower(&mut rb, node, &inputs)? {
+            Some(results) => {
+                assert_eq!(
+                    results.len(),
+                    node.outputs.len(),
+                    "a lowering of `{}` must give one value per result",
+                    node.op.name()
+                );
+                for (&old, &new) in node.outputs.iter().zip(&results) {
+                    debug_assert_eq!(g.ty(old), rb.new.ty(new), "lowering changed a type");
+                    if new.index() >= first_new {
+                        rb.new.rename(new, g.name_of(old).to_string())?;
+                    }
+                }
+                results
+            }
+            None => {
+                let names: Vec<String> = node
+                    .outputs
+                    .iter()
+                    .map(|&v| g.name_of(v).to_string())
+                    .collect();
+                rb.new
+                    .add_node(node.op, &inputs, node.attrs.clone(), Some(&names))?
+            }
+        };
+        for (&old, new) in node.outputs.iter().zip(results) {
+            rb.map[old.index()] = Some(new);
+        }
+    }
+    for a in &g.assigns {
+        let (target, source) = (rb.mapped(a.target), rb.mapped(a.source));
+        rb.new.add_assign(target, source)?;
+    }
+    for &v in &g.outputs {
+        let v = rb.mapped(v);
+        rb.new.add_output(v);
+    }
+    Ok(rb.new)
+}
+
+/// A new graph with every `attention` node replaced by primitives (see the module docs); every
+/// other node, every name, assign and output is preserved, and the expanded attention's result
+/// keeps its name.
+pub fn expand_composites(g: &Graph) -> Graph {
+    rebuild(g, |rb, node, inputs| match node.op {
+        Op::Attention => expand_attention(rb, node, inputs).map(|v| Some(vec![v])),
+        _ => Ok(None),
+    })
+    .expect("the expansion of a verified graph type-checks")
+}
+
+fn int(v: usize) -> Attr {
+    Attr::Int(v as i64)
+}
+
+/// `attention` as primitives.
+fn expand_attention(
+    rb: &mut Rebuild,
+    node: &Node,
+    inputs: &[ValueId],
+) -> Result<ValueId, GraphError> {
+    let a = &node.attrs;
+    let (q, k, v, mask) = (inputs[0], inputs[1], inputs[2], inputs.get(3).copied());
+    let (sq, sk) = (rb.graph().ty(q).shape[2], rb.graph().ty(k).shape[2]);
+    let kt = rb.add(
+        Op::Transpose,
+        &[k],
+        Attrs::new().with("dim0", int(2)).with("dim1", int(3)),
+    )?;
+    let qk = rb.add(Op::Matmul, &[q, kt], Attrs::new())?;
+    let scale = rb.constant(a.float("scale"))?;
+    let mut s = rb.add(Op::Mul, &[qk, scale], Attrs::new())?;
+    if let Some(mask) = mask {
+        s = if a.str("mask_kind") == "additive" {
+            rb.add(Op::Add, &[s, mask], Attrs::new())?
+        } else {
+            let neg_inf = rb.constant(f64::NEG_INFINITY)?;
+            rb.add(Op::Where, &[mask, s, neg_inf], Attrs::new())?
+        };
+    }
+    if let Some(keep) = key_filter(rb, sq, sk, a.bool("causal"), a.usize("window"))? {
+        let neg_inf = rb.constant(f64::NEG_INFINITY)?;
+        s = rb.add(Op::Where, &[keep, s, neg_inf], Attrs::new())?;
+    }
+    let p = rb.add(Op::Softmax, &[s], Attrs::new().with("axis", int(3)))?;
+    rb.add(Op::Matmul, &[p, v], Attrs::new())
+}
+
+/// The `[Sq, Sk]` 0/1 condition of keys a query may see under `causal` and `window`; `None`
+/// when every key is allowed.
+fn key_filter(
+    rb: &mut Rebuild,
+    sq: usize,
+    sk: usize,
+    causal: bool,
+    window: usize,
+) -> Result<Option<ValueId>, GraphError> {
+    if !causal && window == 0 {
+        return Ok(None);
+    }
+    let iota = |rb: &mut Rebuild, axis| {
+        rb.add(
+            Op::Iota,
+            &[],
+            Attrs::new()
+                .with("shape", Attr::ints(&[sq as i64, sk as i64]))
+                .with("axis", int(axis)),
+        )
+    };
+    let row = iota(rb, 0)?;
+    let col = iota(rb, 1)?;
+    let mut keep = None;
+    if causal {
+        keep = Some(rb.add(Op::Le, &[col, row], Attrs::new())?);
+    }
+    if window > 0 {
+        let diff = rb.add(Op::Sub, &[row, col], Attrs::new())?;
+        let dist = rb.add(Op::Abs, &[diff], Attrs::new())?;
+        let w = rb.constant(window as f64)?;
+        let near = rb.add(Op::Lt, &[dist, w], Attrs::new())?;
+        keep = Some(match keep {
+            Some(c) => rb.add(Op::Mul, &[c, near], Attrs::new())?,
+            None => near,
+        });
+    }
+    Ok(keep)
+}

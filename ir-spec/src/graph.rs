@@ -116,6 +116,8 @@ pub enum GraphError {
     },
     #[error("`{name}` is assigned twice")]
     AssignedTwice { name: String },
+    #[error("`{name}` names two results of one node")]
+    DuplicateResultName { name: String },
     #[error("`{names}` gives {given} name(s) but `{op}` has {results} result(s)")]
     ResultCount {
         names: String,
@@ -290,6 +292,9 @@ impl Graph {
                     given: names.len(),
                     results: results.len(),
                 });
+            }
+            if let Some((_, name)) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+                return Err(GraphError::DuplicateResultName { name: name.clone() });
             }
             if let Some(name) = names.iter().find(|n| self.names.contains_key(n.as_str())) {
                 return Err(GraphError::Redefined {

@@ -65,6 +65,14 @@ pub fn infer(op: Op, inputs: &[TensorType], attrs: &mut Attrs) -> Result<Vec<Ten
         attrs,
     };
     let out = cx.rule(op)?;
+    for t in &out {
+        if t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+            return Err(TypeError::new(
+                Blame::Op,
+                format!("the result has more elements than can be counted: {t}"),
+            ));
+        }
+    }
     Ok(out)
 }
 
@@ -480,7 +488,9 @@ impl Cx<'_> {
                             ),
                         ));
                     }
-                    shape[axis] += t.shape[axis];
+                    shape[axis] = shape[axis].checked_add(t.shape[axis]).ok_or_else(|| {
+                        operand_err(i, format!("`concat` along axis {axis} is too large"))
+                    })?;
                 }
                 one(TensorType::new(first.dtype, shape))
             }
@@ -531,7 +541,7 @@ impl Cx<'_> {
                 }
                 let c = t.shape[1];
                 let groups = self.attrs.int("groups");
-                if groups < 1 || c % groups as usize != 0 {
+                if groups < 1 || !c.is_multiple_of(groups as usize) {
                     return Err(attr_err(
                         "groups",
                         format!("groups={groups} must be at least 1 and divide the {c} channels"),
@@ -572,6 +582,65 @@ impl Cx<'_> {
                 let shape = self.input(0).shape.clone();
                 self.expect_shape(1, &shape, "the same shape as `a`")?;
                 one(TensorType::f32(self.loss_shape(shape)))
+            }
+            Conv2dGradInput => {
+                let input = self.positive_ints("input_shape", 1)?;
+                self.expect_dtype(0, DType::F32)?;
+                self.expect_dtype(1, DType::F32)?;
+                let w = self.input(1).shape.clone();
+                self.check_conv_groups(&input, &w)?;
+                let forward = self.conv2d_output(&input, &w)?;
+                self.expect_shape(0, &forward, "the conv2d output for input_shape")?;
+                one(TensorType::f32(input))
+            }
+            Conv2dGradWeight => {
+                let weight = self.positive_ints("weight_shape", 1)?;
+                self.expect_dtype(0, DType::F32)?;
+                self.expect_dtype(1, DType::F32)?;
+                self.expect_rank(0, 4, "[N, C, H, W]")?;
+                let x = self.input(0).shape.clone();
+                self.check_conv_groups(&x, &weight)?;
+                let forward = self.conv2d_output(&x, &weight)?;
+                self.expect_shape(1, &forward, "the conv2d output for x and weight_shape")?;
+                one(TensorType::f32(weight))
+            }
+            MaxPool2dGrad => {
+                self.expect_dtype(0, DType::F32)?;
+                self.expect_rank(0, 4, "[N, C, H, W]")?;
+                let x = self.input(0).shape.clone();
+                let forward = self.pool_output(&x)?;
+                self.expect_shape(1, &forward, "the max_pool2d output of x")?;
+                one(TensorType::f32(x))
+            }
+            AvgPool2dGrad => {
+                let input = self.positive_ints("input_shape", 1)?;
+                self.expect_dtype(0, DType::F32)?;
+                let forward = self.pool_output(&input)?;
+                self.expect_shape(0, &forward, "the avg_pool2d output for input_shape")?;
+                one(TensorType::f32(input))
+            }
+            EmbeddingGrad => {
+                self.expect_dtype(0, DType::F32)?;
+                self.expect_dtype(1, DType::I32)?;
+                let (dy, ids) = (self.input(0).clone(), self.input(1).clone());
+                let rows = self.attrs.int("num_embeddings");
+                if rows < 1 {
+                    return Err(attr_err("num_embeddings", "num_embeddings must be at least 1"));
+                }
+                if dy.rank() != ids.rank() + 1 || dy.shape[..ids.rank()] != ids.shape[..] {
+                    return Err(operand_err(0, format!("`dy` must be ids.shape + [D] = {ids}+[D], got {dy}")));
+                }
+                one(TensorType::f32(vec![rows as usize, dy.shape[ids.rank()]]))
+            }
+            SliceGrad => {
+                let shape = self.positive_ints("shape", 1)?;
+                let dy = self.input(0).clone();
+                let mut cx = Cx { spec: Op::Slice.spec(), inputs: &[TensorType::new(dy.dtype, shape.clone())], attrs: self.attrs };
+                let sliced = cx.slice()?;
+                if sliced[0] != dy {
+                    return Err(operand_err(0, format!("`dy` must be {} (the slice of {shape:?}), got {dy}", sliced[0])));
+                }
+                one(TensorType::new(dy.dtype, shape))
             }
             Attention => self.attention(),
             Constant => {
@@ -698,7 +767,11 @@ impl Cx<'_> {
             match d {
                 -1 if infer_at.is_none() => infer_at = Some(i),
                 -1 => return Err(attr_err("shape", "only one entry of `shape` may be -1")),
-                d if d >= 1 => known *= d as usize,
+                d if d >= 1 => {
+                    known = known.checked_mul(d as usize).ok_or_else(|| {
+                        attr_err("shape", format!("shape {target:?} has too many elements"))
+                    })?;
+                }
                 d => {
                     return Err(attr_err(
                         "shape",
@@ -707,7 +780,9 @@ impl Cx<'_> {
                 }
             }
         }
-        let numel = t.numel();
+        let numel = (t.shape.iter())
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| operand_err(0, format!("{t} has too many elements to reshape")))?;
         let mut shape: Shape = target.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer_at {
             if numel % known != 0 {
@@ -766,7 +841,7 @@ impl Cx<'_> {
         self.attrs.set("start", Attr::Int(start));
         self.attrs.set("end", Attr::Int(end));
         let mut shape = t.shape.clone();
-        shape[axis] = ((end - start + step - 1) / step) as usize;
+        shape[axis] = ((end - start - 1) / step + 1) as usize;
         Ok(vec![TensorType::new(t.dtype, shape)])
     }
 
@@ -841,25 +916,57 @@ impl Cx<'_> {
         if self.inputs.len() == 3 {
             self.expect_shape(2, &[o], "one bias per output channel")?;
         }
+        Ok(vec![TensorType::f32(self.conv2d_output(&x.shape, &w.shape)?)])
+    }
+
+    /// Ranks and channel counts of a conv2d input and weight shape under `groups`.
+    fn check_conv_groups(&self, x: &[usize], w: &[usize]) -> Result<()> {
+        let groups = self.attrs.int("groups");
+        let fits = x.len() == 4
+            && w.len() == 4
+            && groups >= 1
+            && x[1].is_multiple_of(groups as usize)
+            && w[0].is_multiple_of(groups as usize)
+            && w[1] * groups as usize == x[1];
+        if fits {
+            Ok(())
+        } else {
+            Err(attr_err("groups", format!("groups={groups} does not fit input {x:?} and weight {w:?}")))
+        }
+    }
+
+    /// Output extents of conv2d for an input and a weight shape (ranks and groups checked by
+    /// the caller).
+    fn conv2d_output(&self, x: &[usize], w: &[usize]) -> Result<Shape> {
         let stride = self.positive_ints("stride", 1)?;
         let padding = self.positive_ints("padding", 0)?;
         let dilation = self.positive_ints("dilation", 1)?;
-        let mut shape = vec![x.shape[0], o];
+        let mut shape = vec![x[0], w[0]];
         for d in 0..2 {
-            let span = dilation[d] * (w.shape[2 + d] - 1) + 1;
-            let padded = x.shape[2 + d] + 2 * padding[d];
+            let span = dilation[d].checked_mul(w[2 + d] - 1);
+            let padded = padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(x[2 + d]));
+            let (Some(span), Some(padded)) = (span.map(|s| s.saturating_add(1)), padded) else {
+                let name = if span.is_none() {
+                    "dilation"
+                } else {
+                    "padding"
+                };
+                return Err(attr_err(name, format!("`{name}` is too large")));
+            };
             if padded < span {
                 return Err(operand_err(
                     1,
                     format!(
                         "kernel {}x{} (dilated extent {span}) is larger than the padded input ({padded})",
-                        w.shape[2], w.shape[3]
+                        w[2], w[3]
                     ),
                 ));
             }
             shape.push((padded - span) / stride[d] + 1);
         }
-        Ok(vec![TensorType::f32(shape)])
+        Ok(shape)
     }
 
     fn pool2d(&mut self) -> Result<Vec<TensorType>> {
@@ -873,9 +980,15 @@ impl Cx<'_> {
                 Attr::ints(&kernel.iter().map(|&k| k as i64).collect::<Vec<_>>()),
             );
         }
+        Ok(vec![TensorType::f32(self.pool_output(&x.shape)?)])
+    }
+
+    /// Output extents of pooling an `[N, C, H, W]` input.
+    fn pool_output(&self, x: &[usize]) -> Result<Shape> {
+        let kernel = self.positive_ints("kernel", 1)?;
         let stride = self.positive_ints("stride", 1)?;
         let padding = self.positive_ints("padding", 0)?;
-        let mut shape = vec![x.shape[0], x.shape[1]];
+        let mut shape = vec![x[0], x[1]];
         for d in 0..2 {
             if 2 * padding[d] > kernel[d] {
                 return Err(attr_err(
@@ -886,16 +999,18 @@ impl Cx<'_> {
                     ),
                 ));
             }
-            let padded = x.shape[2 + d] + 2 * padding[d];
+            let padded = x[2 + d]
+                .checked_add(2 * padding[d])
+                .ok_or_else(|| attr_err("padding", "`padding` is too large"))?;
             if padded < kernel[d] {
                 return Err(attr_err(
                     "kernel",
-                    format!("kernel {kernel:?} is larger than the padded input {x}"),
+                    format!("kernel {kernel:?} is larger than the padded input {x:?}"),
                 ));
             }
             shape.push((padded - kernel[d]) / stride[d] + 1);
         }
-        Ok(vec![TensorType::f32(shape)])
+        Ok(shape)
     }
 
     fn attention(&mut self) -> Result<Vec<TensorType>> {
@@ -952,6 +1067,10 @@ impl Cx<'_> {
         self.non_negative("lr")?;
         self.non_negative("weight_decay")?;
         let momentum = self.non_negative("momentum")?;
+        let dampening = self.attrs.float("dampening");
+        if !dampening.is_finite() {
+            return Err(attr_err("dampening", format!("dampening={dampening} must be finite")));
+        }
         let has_buf = self.inputs.len() == 3;
         if momentum != 0.0 && !has_buf {
             return Err(TypeError::new(Blame::Op, "`sgd` with momentum needs a momentum buffer operand")

@@ -6,6 +6,7 @@
 //! **Architecture Invariant:** this crate depends on no compiler or GPU crate (no egg, naga or
 //! wgpu): it is the contract both the compiler and the runtime build against.
 
+pub mod artifact;
 pub mod attr;
 pub mod diag;
 pub mod expand;
@@ -15,6 +16,7 @@ pub mod init;
 pub mod interp;
 pub mod op;
 pub mod text;
+pub mod train;
 pub mod types;
 
 pub use attr::{Attr, Attrs};

@@ -74,6 +74,13 @@ pub enum Op {
     Embedding,
     CrossEntropy,
     MseLoss,
+    // backward primitives that autodiff emits (no forward op expresses them)
+    Conv2dGradInput,
+    Conv2dGradWeight,
+    MaxPool2dGrad,
+    AvgPool2dGrad,
+    EmbeddingGrad,
+    SliceGrad,
     // composite, expanded by `expand::expand_composites`
     Attention,
     // a literal scalar
@@ -102,6 +109,8 @@ pub enum OpClass {
     Matmul,
     Nn,
     Loss,
+    /// Backward primitives emitted by autodiff.
+    Backward,
     Composite,
     Constant,
     Grad,
@@ -300,6 +309,17 @@ const POOL_ATTRS: &[AttrSpec] = &[
     attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
 ];
 const REDUCTION_KINDS: &[&str] = &["mean", "sum", "none"];
+const CONV_ATTRS_TAIL: [AttrSpec; 4] = [
+    attr("stride", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
+    attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
+    attr("dilation", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
+    attr("groups", AttrKind::Int, AttrDefault::Int(1)),
+];
+const POOL_GRAD_ATTRS: &[AttrSpec] = &[
+    attr("kernel", AttrKind::Ints(2), AttrDefault::Required),
+    attr("stride", AttrKind::Ints(2), AttrDefault::Required),
+    attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
+];
 const ADAM_OPERANDS: &[OperandSpec] = &[
     nondiff("param"),
     nondiff("grad"),
@@ -459,6 +479,36 @@ pub static OPS: &[OpSpec] = &[
     OpSpec { op: Op::MseLoss, name: "mse_loss", class: OpClass::Loss, operands: AB,
         attrs: &[attr("reduction", AttrKind::Str(REDUCTION_KINDS), AttrDefault::Str("mean"))],
         summary: "(a - b)^2, reduced" },
+    OpSpec { op: Op::Conv2dGradInput, name: "conv2d_grad_input", class: OpClass::Backward,
+        operands: &[one("dy"), one("w")],
+        attrs: &[attr("input_shape", AttrKind::Ints(4), AttrDefault::Required),
+                 CONV_ATTRS_TAIL[0], CONV_ATTRS_TAIL[1], CONV_ATTRS_TAIL[2], CONV_ATTRS_TAIL[3]],
+        summary: "gradient of conv2d with respect to its input x (of shape input_shape)" },
+    OpSpec { op: Op::Conv2dGradWeight, name: "conv2d_grad_weight", class: OpClass::Backward,
+        operands: &[one("x"), one("dy")],
+        attrs: &[attr("weight_shape", AttrKind::Ints(4), AttrDefault::Required),
+                 CONV_ATTRS_TAIL[0], CONV_ATTRS_TAIL[1], CONV_ATTRS_TAIL[2], CONV_ATTRS_TAIL[3]],
+        summary: "gradient of conv2d with respect to its weight (of shape weight_shape)" },
+    OpSpec { op: Op::MaxPool2dGrad, name: "max_pool2d_grad", class: OpClass::Backward,
+        operands: &[nondiff("x"), one("dy")], attrs: POOL_GRAD_ATTRS,
+        summary: "dy routed to the first maximum of each window of x, summed where windows overlap" },
+    OpSpec { op: Op::AvgPool2dGrad, name: "avg_pool2d_grad", class: OpClass::Backward,
+        operands: &[one("dy")],
+        attrs: &[attr("input_shape", AttrKind::Ints(4), AttrDefault::Required),
+                 POOL_GRAD_ATTRS[0], POOL_GRAD_ATTRS[1], POOL_GRAD_ATTRS[2]],
+        summary: "dy / window area spread over each window, summed where windows overlap" },
+    OpSpec { op: Op::EmbeddingGrad, name: "embedding_grad", class: OpClass::Backward,
+        operands: &[one("dy"), nondiff("ids")],
+        attrs: &[attr("num_embeddings", AttrKind::Int, AttrDefault::Required)],
+        summary: "rows of dy [ids.shape.., D] summed into a [num_embeddings, D] table at ids" },
+    OpSpec { op: Op::SliceGrad, name: "slice_grad", class: OpClass::Backward,
+        operands: &[one("dy")],
+        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required),
+                 attr("axis", AttrKind::Int, AttrDefault::Required),
+                 attr("start", AttrKind::Int, AttrDefault::Required),
+                 attr("end", AttrKind::Int, AttrDefault::Required),
+                 attr("step", AttrKind::Int, AttrDefault::Int(1))],
+        summary: "zeros of `shape` with dy placed where slice(axis, start, end, step) reads" },
     OpSpec { op: Op::Attention, name: "attention", class: OpClass::Composite,
         operands: &[one("q"), one("k"), one("v"), OperandSpec { name: "mask", arity: Arity::Optional, differentiable: false }],
         attrs: &[attr("scale", AttrKind::Float, AttrDefault::Derived("1/sqrt(head_dim)")),

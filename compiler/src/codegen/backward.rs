@@ -1,0 +1,289 @@
+//! Kernels for the backward primitives autodiff emits. All are gathers — each output element
+//! (or segment of threads) sums what flows into it — because WGSL has no float atomics.
+
+use std::fmt::Write;
+
+use super::conv::{bind_view, header};
+use super::rows::combine_segment;
+use super::{ENTRY_ARGS, Emitter, NEG_INF, WORKGROUP, decompose, grid, load};
+use crate::kernel::{Conv2dGrad, Pool2dGrad, ScatterAdd, SliceGrad};
+use sinter_ir::DType;
+
+fn constants(s: &mut String, e: &mut Emitter, names: &[&str], values: &[usize]) {
+    for (name, &v) in names.iter().zip(values) {
+        let p = e.param(v);
+        writeln!(s, "    let {name} = {p};").unwrap();
+    }
+}
+
+/// `dx[n, c, h, w] = sum over o in c's group, i, j of dy[n, o, oh, ow] * w[o, c % C_G, i, j]`
+/// where `oh * SH = h + PH - i * DH` (and likewise for `ow`).
+pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3], u32) {
+    let mut s = String::new();
+    header(&mut s, e, &k.out);
+    let dy = bind_view(e, &mut s, "dy", &k.a);
+    let w = bind_view(e, &mut s, "w", &k.b);
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let (c, oc) = (k.out.shape[1], k.a.shape[1]);
+    let names = [
+        "C_G", "O_G", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW",
+    ];
+    let values = [
+        c / k.groups,
+        oc / k.groups,
+        k.a.shape[2],
+        k.a.shape[3],
+        k.b.shape[2],
+        k.b.shape[3],
+        k.stride[0],
+        k.stride[1],
+        k.padding[0],
+        k.padding[1],
+        k.dilation[0],
+        k.dilation[1],
+    ];
+    constants(&mut s, e, &names, &values);
+    s.push_str(
+        "    let g = c1 / C_G;
+    let ci = c1 % C_G;
+    var acc = 0.0;
+    for (var oo = 0u; oo < O_G; oo = oo + 1u) {
+        let oc = g * O_G + oo;
+        for (var i = 0u; i < KH; i = i + 1u) {
+            let th = i32(c2 + PH) - i32(i * DH);
+            if (th < 0i || u32(th) % SH != 0u) { continue; }
+            let oh = u32(th) / SH;
+            if (oh >= OH) { continue; }
+            for (var j = 0u; j < KW; j = j + 1u) {
+                let tw = i32(c3 + PW) - i32(j * DW);
+                if (tw < 0i || u32(tw) % SW != 0u) { continue; }
+                let ow = u32(tw) / SW;
+                if (ow >= OW) { continue; }
+",
+    );
+    writeln!(
+        s,
+        "                acc = fma({dy}[dy_base + c0 * dy_s0 + oc * dy_s1 + oh * dy_s2 + ow * dy_s3], {w}[w_base + oc * w_s0 + ci * w_s1 + i * w_s2 + j * w_s3], acc);"
+    )
+    .unwrap();
+    s.push_str("            }\n        }\n    }\n");
+    writeln!(
+        s,
+        "    {o}[o_base + c0 * o_s0 + c1 * o_s1 + c2 * o_s2 + c3 * o_s3] = acc;\n}}"
+    )
+    .unwrap();
+    (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+}
+
+/// `dw[o, ci, i, j] = sum over n, oh, ow of x[n, g * C_G + ci, ih, iw] * dy[n, o, oh, ow]`:
+/// a segment of threads reduces each weight element's `N * OH * OW` terms.
+pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3], u32) {
+    let rows = k.out.numel();
+    let (n, oh, ow) = (k.b.shape[0], k.b.shape[2], k.b.shape[3]);
+    let len = n * oh * ow;
+    let seg = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
+    let per_group = WORKGROUP / seg;
+    let mut s = String::new();
+    writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
+    writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+    writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
+    writeln!(s, "    let lane = lid % SEG;").unwrap();
+    writeln!(
+        s,
+        "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + lid / SEG;"
+    )
+    .unwrap();
+    let (rows_p, len_p) = (e.param(rows), e.param(len));
+    writeln!(
+        s,
+        "    let live = row < {rows_p};\n    let len = select(0u, {len_p}, live);"
+    )
+    .unwrap();
+    let out_dims = e.params(&k.out.shape);
+    decompose(&mut s, "    ", "select(0u, row, live)", "k", &out_dims);
+    let x = bind_view(e, &mut s, "x", &k.a);
+    let dy = bind_view(e, &mut s, "dy", &k.b);
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let names = ["C_G", "O_G", "H", "W", "SH", "SW", "PH", "PW", "DH", "DW"];
+    let values = [
+        k.out.shape[1],
+        k.out.shape[0] / k.groups,
+        k.a.shape[2],
+        k.a.shape[3],
+        k.stride[0],
+        k.stride[1],
+        k.padding[0],
+        k.padding[1],
+        k.dilation[0],
+        k.dilation[1],
+    ];
+    constants(&mut s, e, &names, &values);
+    writeln!(s, "    let c = (k0 / O_G) * C_G + k1;").unwrap();
+    writeln!(s, "    var acc = 0.0;").unwrap();
+    writeln!(s, "    for (var j = lane; j < len; j = j + SEG) {{").unwrap();
+    let red_dims = e.params(&[n, oh, ow]);
+    decompose(&mut s, "        ", "j", "r", &red_dims);
+    s.push_str(
+        "        let ih = i32(r1 * SH + k2 * DH) - i32(PH);
+        let iw = i32(r2 * SW + k3 * DW) - i32(PW);
+        if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {
+",
+    );
+    writeln!(
+        s,
+        "            acc = fma({x}[x_base + r0 * x_s0 + c * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3], {dy}[dy_base + r0 * dy_s0 + k0 * dy_s1 + r1 * dy_s2 + r2 * dy_s3], acc);"
+    )
+    .unwrap();
+    s.push_str("        }\n    }\n");
+    combine_segment(&mut s, "acc", "total", "a + b");
+    writeln!(
+        s,
+        "    if (live && lane == 0u) {{ {o}[o_base + k0 * o_s0 + k1 * o_s1 + k2 * o_s2 + k3 * o_s3] = total; }}\n}}"
+    )
+    .unwrap();
+    (s, grid(rows.div_ceil(per_group as usize)), WORKGROUP * 4)
+}
+
+/// Each input position sums the gradient of every window that covers it: for max pooling,
+/// only windows whose first maximum is this position.
+pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32) {
+    let mut s = String::new();
+    header(&mut s, e, &k.out);
+    let dy = bind_view(e, &mut s, "dy", &k.dy);
+    let x = k.x.as_ref().map(|x| bind_view(e, &mut s, "x", x));
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let names = ["H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"];
+    let values = [
+        k.out.shape[2],
+        k.out.shape[3],
+        k.dy.shape[2],
+        k.dy.shape[3],
+        k.kernel[0],
+        k.kernel[1],
+        k.stride[0],
+        k.stride[1],
+        k.padding[0],
+        k.padding[1],
+    ];
+    constants(&mut s, e, &names, &values);
+    s.push_str(
+        "    let hp = c2 + PH;
+    let wp = c3 + PW;
+    // Windows oh with oh * SH <= hp < oh * SH + KH.
+    let oh_lo = select(0u, (hp - KH) / SH + 1u, hp >= KH);
+    let oh_hi = min(hp / SH, OH - 1u);
+    let ow_lo = select(0u, (wp - KW) / SW + 1u, wp >= KW);
+    let ow_hi = min(wp / SW, OW - 1u);
+    var acc = 0.0;
+    for (var oh = oh_lo; oh <= oh_hi; oh = oh + 1u) {
+        for (var ow = ow_lo; ow <= ow_hi; ow = ow + 1u) {
+",
+    );
+    let g = format!("{dy}[dy_base + c0 * dy_s0 + c1 * dy_s1 + oh * dy_s2 + ow * dy_s3]");
+    match x {
+        Some(x) => {
+            writeln!(s, "            var best = {NEG_INF};\n            var bh = 0u;\n            var bw = 0u;\n            var found = false;").unwrap();
+            s.push_str(
+                "            for (var i = 0u; i < KH; i = i + 1u) {
+                let ih = i32(oh * SH + i) - i32(PH);
+                if (ih < 0i || ih >= i32(H)) { continue; }
+                for (var j = 0u; j < KW; j = j + 1u) {
+                    let iw = i32(ow * SW + j) - i32(PW);
+                    if (iw < 0i || iw >= i32(W)) { continue; }
+",
+            );
+            writeln!(s, "                    let v = {x}[x_base + c0 * x_s0 + c1 * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3];").unwrap();
+            s.push_str(
+                "                    if (!found || v > best) { best = v; bh = u32(ih); bw = u32(iw); found = true; }
+                }
+            }
+",
+            );
+            writeln!(
+                s,
+                "            if (found && bh == c2 && bw == c3) {{ acc = acc + {g}; }}"
+            )
+            .unwrap();
+        }
+        None => writeln!(s, "            acc = acc + {g};").unwrap(),
+    }
+    s.push_str("        }\n    }\n");
+    if k.x.is_none() {
+        writeln!(s, "    acc = acc / f32(KH * KW);").unwrap();
+    }
+    writeln!(
+        s,
+        "    {o}[o_base + c0 * o_s0 + c1 * o_s1 + c2 * o_s2 + c3 * o_s3] = acc;\n}}"
+    )
+    .unwrap();
+    (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+}
+
+/// `out[v, d]` sums `dy[p, d]` over every position `p` whose id is `v` (a scan of all ids per
+/// output element: without float atomics this is the gather form of a scatter-add).
+pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
+    let mut s = String::new();
+    header(&mut s, e, &k.out);
+    let dy = bind_view(e, &mut s, "dy", &k.dy);
+    let ids = bind_view(e, &mut s, "ids", &k.ids);
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let positions = e.param(k.ids.numel());
+    let id_dims = e.params(&k.ids.shape);
+    let r = k.ids.rank();
+    writeln!(s, "    var acc = 0.0;").unwrap();
+    writeln!(s, "    for (var pos = 0u; pos < {positions}; pos = pos + 1u) {{").unwrap();
+    decompose(&mut s, "        ", "pos", "q", &id_dims);
+    let mut id_addr = "ids_base".to_string();
+    let mut dy_addr = "dy_base".to_string();
+    for axis in 0..r {
+        write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
+        write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
+    }
+    write!(dy_addr, " + c1 * dy_s{r}").unwrap();
+    writeln!(
+        s,
+        "        if ({} == i32(c0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
+        load(&ids, &id_addr, DType::I32)
+    )
+    .unwrap();
+    writeln!(s, "    }}").unwrap();
+    writeln!(s, "    {o}[o_base + c0 * o_s0 + c1 * o_s1] = acc;\n}}").unwrap();
+    (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+}
+
+/// Zeros except where the forward slice read, which take `dy`.
+pub fn emit_slice_grad(e: &mut Emitter, k: &SliceGrad) -> (String, [u32; 3], u32) {
+    let mut s = String::new();
+    header(&mut s, e, &k.out);
+    let dy = bind_view(e, &mut s, "dy", &k.dy);
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let (start, step, len) = (
+        e.param(k.start),
+        e.param(k.step),
+        e.param(k.dy.shape[k.axis]),
+    );
+    let a = k.axis;
+    let mut dy_addr = "dy_base".to_string();
+    let mut o_addr = "o_base".to_string();
+    for axis in 0..k.out.rank() {
+        let coord = if axis == a {
+            "q".to_string()
+        } else {
+            format!("c{axis}")
+        };
+        write!(dy_addr, " + {coord} * dy_s{axis}").unwrap();
+        write!(o_addr, " + c{axis} * o_s{axis}").unwrap();
+    }
+    writeln!(s, "    var v = 0.0;").unwrap();
+    writeln!(
+        s,
+        "    if (c{a} >= {start} && (c{a} - {start}) % {step} == 0u) {{"
+    )
+    .unwrap();
+    writeln!(s, "        let q = (c{a} - {start}) / {step};").unwrap();
+    writeln!(s, "        if (q < {len}) {{ v = {dy}[{dy_addr}]; }}").unwrap();
+    writeln!(s, "    }}").unwrap();
+    writeln!(s, "    {o}[{o_addr}] = v;\n}}").unwrap();
+    (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+}

@@ -1,0 +1,248 @@
+//! WGSL code generation: one compute shader per kernel plan.
+//!
+//! Every module has the same frame: binding 0 is the dispatch's param block (a uniform array
+//! of `vec4<u32>`, read through `p(i)`), bindings 1.. are the arenas the kernel touches
+//! (`array<f32>`; i32 values are stored as bit patterns). The body reads every extent, stride
+//! and offset from the param block, so the text depends only on the plan's structure and
+//! identical kernels are shared between dispatches.
+//!
+//! **Invariant:** `workgroupBarrier()` only appears in uniform control flow: loops around
+//! barriers have compile-time trip counts, and per-thread conditions never enclose one.
+//! Every loop's trip count is bounded by param-block values (`Kernel::loops_bounded`).
+
+mod backward;
+mod conv;
+mod elementwise;
+mod matmul;
+mod rows;
+
+use std::fmt::Write;
+
+use sinter_ir::DType;
+
+use crate::kernel::KernelPlan;
+use crate::layout::BufferId;
+use crate::memory::MemoryPlan;
+
+/// Threads per workgroup of every kernel (wgpu's default limit).
+pub const WORKGROUP: u32 = 256;
+/// Largest workgroup count per dispatch dimension (wgpu's default limit).
+pub const MAX_GROUPS: u32 = 65535;
+
+/// A generated kernel for one dispatch.
+#[derive(Clone, Debug)]
+pub struct KernelSource {
+    pub wgsl: String,
+    pub params: Vec<u32>,
+    pub workgroups: [u32; 3],
+    /// Arena bound at each arena binding.
+    pub arenas: Vec<u32>,
+    pub workgroup_storage_bytes: u32,
+}
+
+pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::CompileError> {
+    let mut e = Emitter {
+        mem,
+        params: Vec::new(),
+        arenas: Vec::new(),
+    };
+    let (body, workgroups, shared) = match plan {
+        KernelPlan::Elementwise(k) => elementwise::emit(&mut e, k),
+        KernelPlan::Rows(k) => rows::emit(&mut e, k),
+        KernelPlan::Matmul(k) => matmul::emit(&mut e, k)?,
+        KernelPlan::Conv2d(k) => conv::emit_conv(&mut e, k),
+        KernelPlan::Pool2d(k) => conv::emit_pool(&mut e, k),
+        KernelPlan::Gather(k) => conv::emit_gather(&mut e, k),
+        KernelPlan::Conv2dGrad(k) if k.wrt_weight => backward::emit_conv_grad_weight(&mut e, k),
+        KernelPlan::Conv2dGrad(k) => backward::emit_conv_grad_input(&mut e, k),
+        KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
+        KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
+        KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
+    };
+    Ok(e.finish(plan.pattern(), &body, workgroups, shared))
+}
+
+/// Collects the param block and arena bindings while a kernel body is written.
+pub struct Emitter<'m> {
+    mem: &'m MemoryPlan,
+    params: Vec<u32>,
+    arenas: Vec<u32>,
+}
+
+impl Emitter<'_> {
+    /// Appends a word to the param block and returns the WGSL that reads it.
+    pub fn param(&mut self, value: usize) -> String {
+        let word = u32::try_from(value).expect("the memory plan keeps every value below 2^32");
+        self.params.push(word);
+        format!("p({}u)", self.params.len() - 1)
+    }
+
+    pub fn params(&mut self, values: &[usize]) -> Vec<String> {
+        values.iter().map(|&v| self.param(v)).collect()
+    }
+
+    /// The WGSL name of the arena binding that holds `buffer`.
+    pub fn arena(&mut self, buffer: BufferId) -> String {
+        let arena = self.mem.placements[buffer.0 as usize].arena;
+        let slot = match self.arenas.iter().position(|&a| a == arena) {
+            Some(i) => i,
+            None => {
+                self.arenas.push(arena);
+                self.arenas.len() - 1
+            }
+        };
+        format!("arena{slot}")
+    }
+
+    /// Absolute element offset of `offset` elements into `buffer`, as a param read.
+    pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
+        let start = self.mem.placements[buffer.0 as usize].offset as usize / 4;
+        self.param(start + offset)
+    }
+
+    fn finish(
+        self,
+        pattern: &str,
+        body: &str,
+        workgroups: [u32; 3],
+        workgroup_storage_bytes: u32,
+    ) -> KernelSource {
+        let mut s = String::new();
+        // The ops a kernel covers are listed in the artifact, not here, so that dispatches of
+        // one structure share the text.
+        writeln!(s, "// sinter kernel: {pattern}").unwrap();
+        let vec4s = self.params.len().div_ceil(4).max(1);
+        writeln!(s, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
+        writeln!(s, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
+        for i in 0..self.arenas.len() {
+            writeln!(
+                s,
+                "@group(0) @binding({}) var<storage, read_write> arena{i}: array<f32>;",
+                i + 1
+            )
+            .unwrap();
+        }
+        writeln!(
+            s,
+            "fn p(i: u32) -> u32 {{ return params.w[i / 4u][i % 4u]; }}"
+        )
+        .unwrap();
+        s.push_str(body);
+        let mut params = self.params;
+        params.resize(vec4s * 4, 0);
+        KernelSource {
+            wgsl: s,
+            params,
+            workgroups,
+            arenas: self.arenas,
+            workgroup_storage_bytes,
+        }
+    }
+}
+
+/// Workgroup counts for `groups` workgroups, split over x and y past the per-dimension limit.
+/// Kernels recover the linear workgroup index as `wid.x + wid.y * nwg.x`.
+pub fn grid(groups: usize) -> [u32; 3] {
+    let groups = groups.max(1) as u64;
+    if groups <= MAX_GROUPS as u64 {
+        [groups as u32, 1, 1]
+    } else {
+        let y = groups.div_ceil(MAX_GROUPS as u64);
+        [MAX_GROUPS, y as u32, 1]
+    }
+}
+
+/// WGSL that decomposes the linear index `index` over `dims` (outermost first) into
+/// `let {prefix}{axis} = ...;` coordinates.
+pub fn decompose(out: &mut String, indent: &str, index: &str, prefix: &str, dims: &[String]) {
+    if dims.is_empty() {
+        return;
+    }
+    if dims.len() == 1 {
+        writeln!(out, "{indent}let {prefix}0 = {index};").unwrap();
+        return;
+    }
+    writeln!(out, "{indent}var {prefix}rem = {index};").unwrap();
+    for axis in (1..dims.len()).rev() {
+        let d = &dims[axis];
+        writeln!(out, "{indent}let {prefix}{axis} = {prefix}rem % {d};").unwrap();
+        writeln!(out, "{indent}{prefix}rem = {prefix}rem / {d};").unwrap();
+    }
+    writeln!(out, "{indent}let {prefix}0 = {prefix}rem;").unwrap();
+}
+
+/// `base + c0 * s0 + c1 * s1 + ...` for coordinates named `{prefix}{axis}`; zero strides
+/// (broadcast axes) are left out of the text only when `skip_zero` is known at compile time,
+/// which it never is here: strides live in the param block.
+pub fn address(base: &str, prefix: &str, strides: &[String]) -> String {
+    let mut s = base.to_string();
+    for (axis, stride) in strides.iter().enumerate() {
+        write!(s, " + {prefix}{axis} * {stride}").unwrap();
+    }
+    s
+}
+
+/// WGSL that loads one element of `dtype` from `arena[addr]`.
+pub fn load(arena: &str, addr: &str, dtype: DType) -> String {
+    match dtype {
+        DType::F32 => format!("{arena}[{addr}]"),
+        DType::I32 => format!("bitcast<i32>({arena}[{addr}])"),
+    }
+}
+
+/// WGSL statement that stores `value` of `dtype` to `arena[addr]`.
+pub fn store(arena: &str, addr: &str, value: &str, dtype: DType) -> String {
+    match dtype {
+        DType::F32 => format!("{arena}[{addr}] = {value};"),
+        DType::I32 => format!("{arena}[{addr}] = bitcast<f32>({value});"),
+    }
+}
+
+/// An exact WGSL f32 literal (non-finite values as bit patterns).
+pub fn f32_literal(v: f32) -> String {
+    if v.is_finite() {
+        let s = format!("{v:?}");
+        if v < 0.0 {
+            format!("({s}f)")
+        } else {
+            format!("{s}f")
+        }
+    } else {
+        format!("bitcast<f32>({:#010x}u)", v.to_bits())
+    }
+}
+
+pub const NAN: &str = "bitcast<f32>(0x7fc00000u)";
+pub const NEG_INF: &str = "bitcast<f32>(0xff800000u)";
+pub const POS_INF: &str = "bitcast<f32>(0x7f800000u)";
+
+/// The linear workgroup index and global thread index lines shared by one-thread-per-element
+/// kernels; returns nothing, defines `gi` (global thread index).
+pub fn thread_index(out: &mut String) {
+    writeln!(
+        out,
+        "    let gi = (wid.x + wid.y * nwg.x) * {WORKGROUP}u + lid;"
+    )
+    .unwrap();
+}
+
+pub const ENTRY_ARGS: &str = "@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>";
+
+/// Validates a module with naga; an invalid module is a compiler bug.
+pub fn validate(name: &str, wgsl: &str) -> Result<(), crate::CompileError> {
+    let module =
+        naga::front::wgsl::parse_str(wgsl).map_err(|e| crate::CompileError::InvalidWgsl {
+            kernel: name.to_string(),
+            diagnostic: e.emit_to_string(wgsl),
+        })?;
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::default(),
+    )
+    .validate(&module)
+    .map_err(|e| crate::CompileError::InvalidWgsl {
+        kernel: name.to_string(),
+        diagnostic: e.emit_to_string(wgsl),
+    })?;
+    Ok(())
+}

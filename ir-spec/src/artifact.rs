@@ -1,0 +1,352 @@
+//! The artifact (`.sart`): everything the runtime needs to run a compiled graph, and nothing
+//! that needs the compiler to understand.
+//!
+//! File layout (all integers little-endian):
+//!
+//! | bytes | content |
+//! |---|---|
+//! | 8 | magic `SINTART\0` |
+//! | 4 | format version ([`FORMAT_VERSION`]) |
+//! | 4 | CRC-32 (IEEE) of everything after the header |
+//! | 8 | manifest length `m` |
+//! | 8 | blob length `b` |
+//! | m | manifest: [`Artifact`] as JSON |
+//! | b | blob: initial values of params and states, as their slots' `init` ranges say |
+//!
+//! **Invariant:** a runtime reading this file needs no knowledge of the IR's ops: kernels are
+//! WGSL text, dispatches are (kernel, param words, workgroup counts), tensors are (arena, byte
+//! offset, type).
+
+use crate::types::TensorType;
+
+pub const MAGIC: [u8; 8] = *b"SINTART\0";
+pub const FORMAT_VERSION: u32 = 1;
+const HEADER_LEN: usize = 32;
+
+/// A compiled graph.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Artifact {
+    /// Name of the source graph.
+    pub graph: String,
+    /// Device features and limits the artifact needs.
+    pub requirements: Requirements,
+    /// Arena buffers; each is bound as one `array<f32>` storage binding.
+    pub arenas: Vec<ArenaLayout>,
+    pub kernels: Vec<Kernel>,
+    /// In execution order; one run records all of them into one command buffer.
+    pub dispatches: Vec<Dispatch>,
+    /// The I/O manifest: inputs, outputs, params and states with their places.
+    pub tensors: Vec<TensorSlot>,
+    /// Copies done after the last dispatch of a run (`assign` statements).
+    pub assigns: Vec<AssignCopy>,
+    pub memory: MemoryReport,
+    /// Initial values of params and states (referenced by [`TensorSlot::init`]).
+    #[serde(skip)]
+    pub blob: Vec<u8>,
+}
+
+/// Device features and limits an artifact needs.
+#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Requirements {
+    /// wgpu feature names, e.g. `"SHADER_F16"`.
+    pub features: Vec<String>,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroup_size_x: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    pub max_uniform_buffer_binding_size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ArenaLayout {
+    pub size_bytes: u64,
+}
+
+/// One compute shader.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Kernel {
+    pub name: String,
+    /// What the kernel implements: `elementwise`, `reduce`, `softmax`, `matmul`, ...
+    pub pattern: String,
+    /// The source ops it covers, as `value = op` strings.
+    pub ops: Vec<String>,
+    /// WGSL source, validated by naga at compile time.
+    pub wgsl: String,
+    pub entry_point: String,
+    pub workgroup_size: [u32; 3],
+    /// Number of arena storage bindings (`@binding(1)` .. `@binding(n)`); binding 0 is the
+    /// param block.
+    pub arena_bindings: u32,
+    /// Every loop's trip count is bounded by param-block values, so the runtime may turn off
+    /// wgpu's loop bounding for this shader.
+    pub loops_bounded: bool,
+}
+
+/// One dispatch of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Dispatch {
+    pub kernel: u32,
+    /// Arena index bound at each arena binding of the kernel.
+    pub arenas: Vec<u32>,
+    /// The param block: offsets (in elements), extents and strides, as u32 words.
+    pub params: Vec<u32>,
+    pub workgroups: [u32; 3],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Role {
+    Input,
+    Output,
+    Param,
+    State,
+}
+
+/// A named tensor the caller can see: where it lives and what it is.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TensorSlot {
+    pub name: String,
+    pub role: Role,
+    pub ty: TensorType,
+    pub arena: u32,
+    /// Byte offset in the arena; contiguous, C order.
+    pub offset: u64,
+    /// Byte range of the initial value in the blob (params and states).
+    pub init: Option<(u64, u64)>,
+}
+
+impl TensorSlot {
+    pub fn size_bytes(&self) -> u64 {
+        self.ty.size_bytes() as u64
+    }
+}
+
+/// `assign`: copy `bytes` from (source arena, offset) to (target arena, offset) after a run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AssignCopy {
+    pub target: String,
+    pub source_arena: u32,
+    pub source_offset: u64,
+    pub target_arena: u32,
+    pub target_offset: u64,
+    pub bytes: u64,
+}
+
+/// What the memory planner did.
+#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MemoryReport {
+    /// Bytes of arena used (sum over arenas of their sizes).
+    pub peak_bytes: u64,
+    /// The largest total of simultaneously live bytes: no plan can do better.
+    pub lower_bound_bytes: u64,
+    pub buffers: Vec<BufferPlacement>,
+}
+
+/// One planned buffer in an arena.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BufferPlacement {
+    /// The values stored in it (a buffer and its views).
+    pub label: String,
+    pub arena: u32,
+    pub offset: u64,
+    pub size_bytes: u64,
+    /// First and last dispatch index during which it is live.
+    pub live: (u32, u32),
+}
+
+/// A file that is not a readable artifact.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("not a sinter artifact: the file is {0} bytes, shorter than the 32-byte header")]
+    TooShort(usize),
+    #[error("not a sinter artifact: bad magic bytes (expected `SINTART`)")]
+    BadMagic,
+    #[error(
+        "artifact format version {found} is not supported (this runtime reads version {supported}); recompile the model"
+    )]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error("artifact is truncated: header announces {expected} bytes of body, file has {actual}")]
+    Truncated { expected: u64, actual: u64 },
+    #[error("artifact is corrupted: checksum {actual:08x} does not match {expected:08x}")]
+    Checksum { expected: u32, actual: u32 },
+    #[error("artifact manifest is malformed: {0}")]
+    Manifest(#[from] serde_json::Error),
+    #[error("artifact is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+impl Artifact {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let manifest = serde_json::to_vec(self).expect("artifact serializes");
+        let mut body = Vec::with_capacity(manifest.len() + self.blob.len());
+        body.extend_from_slice(&manifest);
+        body.extend_from_slice(&self.blob);
+        let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.blob.len() as u64).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Artifact, ArtifactError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(ArtifactError::TooShort(bytes.len()));
+        }
+        if bytes[..8] != MAGIC {
+            return Err(ArtifactError::BadMagic);
+        }
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let long = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let version = word(8);
+        if version != FORMAT_VERSION {
+            return Err(ArtifactError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let (crc, manifest_len, blob_len) = (word(12), long(16), long(24));
+        let body = &bytes[HEADER_LEN..];
+        let expected = manifest_len.saturating_add(blob_len);
+        if body.len() as u64 != expected {
+            return Err(ArtifactError::Truncated {
+                expected,
+                actual: body.len() as u64,
+            });
+        }
+        let actual = crc32fast::hash(body);
+        if actual != crc {
+            return Err(ArtifactError::Checksum {
+                expected: crc,
+                actual,
+            });
+        }
+        let (manifest, blob) = body.split_at(manifest_len as usize);
+        let mut artifact: Artifact = serde_json::from_slice(manifest)?;
+        artifact.blob = blob.to_vec();
+        artifact.check()?;
+        Ok(artifact)
+    }
+
+    /// Cross-references that a well-formed artifact satisfies; checked on load so that the
+    /// runtime can index without checks.
+    pub fn check(&self) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Inconsistent(m));
+        let in_arena = |arena: u32, offset: u64, bytes: u64| {
+            self.arenas.get(arena as usize).is_some_and(|a| {
+                offset
+                    .checked_add(bytes)
+                    .is_some_and(|end| end <= a.size_bytes)
+            })
+        };
+        for (i, d) in self.dispatches.iter().enumerate() {
+            let Some(k) = self.kernels.get(d.kernel as usize) else {
+                return bad(format!(
+                    "dispatch {i} names kernel {} of {}",
+                    d.kernel,
+                    self.kernels.len()
+                ));
+            };
+            if d.arenas.len() != k.arena_bindings as usize
+                || d.arenas.iter().any(|&a| a as usize >= self.arenas.len())
+            {
+                return bad(format!(
+                    "dispatch {i} binds arenas {:?} for kernel `{}`",
+                    d.arenas, k.name
+                ));
+            }
+        }
+        for t in &self.tensors {
+            if !in_arena(t.arena, t.offset, t.size_bytes()) {
+                return bad(format!("tensor `{}` lies outside its arena", t.name));
+            }
+            if let Some((off, len)) = t.init
+                && (len != t.size_bytes()
+                    || off.checked_add(len).is_none_or(|e| e > self.blob.len() as u64))
+            {
+                return bad(format!("initial value of `{}` lies outside the blob", t.name));
+            }
+        }
+        for a in &self.assigns {
+            if !in_arena(a.source_arena, a.source_offset, a.bytes)
+                || !in_arena(a.target_arena, a.target_offset, a.bytes)
+            {
+                return bad(format!("assign to `{}` lies outside its arena", a.target));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn slots(&self, role: Role) -> impl Iterator<Item = &TensorSlot> {
+        self.tensors.iter().filter(move |t| t.role == role)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::TensorType;
+
+    fn sample() -> Artifact {
+        Artifact {
+            graph: "g".into(),
+            requirements: Requirements::default(),
+            arenas: vec![ArenaLayout { size_bytes: 64 }],
+            kernels: vec![],
+            dispatches: vec![],
+            tensors: vec![TensorSlot {
+                name: "w".into(),
+                role: Role::Param,
+                ty: TensorType::f32(vec![4]),
+                arena: 0,
+                offset: 16,
+                init: Some((0, 16)),
+            }],
+            assigns: vec![],
+            memory: MemoryReport::default(),
+            blob: vec![7; 16],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let a = sample();
+        assert_eq!(Artifact::from_bytes(&a.to_bytes()).unwrap(), a);
+    }
+
+    #[test]
+    fn rejects_damage() {
+        let bytes = sample().to_bytes();
+        assert!(matches!(
+            Artifact::from_bytes(&bytes[..10]),
+            Err(ArtifactError::TooShort(10))
+        ));
+        assert!(matches!(
+            Artifact::from_bytes(&bytes[..bytes.len() - 1]),
+            Err(ArtifactError::Truncated { .. })
+        ));
+        let mut flipped = bytes.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(matches!(
+            Artifact::from_bytes(&flipped),
+            Err(ArtifactError::Checksum { .. })
+        ));
+        let mut version = bytes.clone();
+        version[8] = 99;
+        assert!(matches!(
+            Artifact::from_bytes(&version),
+            Err(ArtifactError::UnsupportedVersion { found: 99, .. })
+        ));
+        let mut magic = bytes;
+        magic[0] = b'X';
+        assert!(matches!(
+            Artifact::from_bytes(&magic),
+            Err(ArtifactError::BadMagic)
+        ));
+    }
+}

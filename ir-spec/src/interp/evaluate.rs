@@ -1,0 +1,177 @@
+//! [`evaluate`]: runs a whole graph.
+
+use std::collections::HashMap;
+
+use crate::graph::{Graph, ValueDef};
+use crate::init::initial_value;
+use crate::interp::node::eval_named;
+use crate::interp::{EvalError, Tensor};
+use crate::types::DType;
+
+/// The results of one run of a graph.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// Output name and value, in the order of `graph.outputs`.
+    pub outputs: Vec<(String, Tensor)>,
+    /// For each `assign target = source`, in order: the target's name and its new value.
+    pub assigned: Vec<(String, Tensor)>,
+    /// Every value of the graph, by `ValueId` index (`None` only if never computed).
+    pub values: Vec<Option<Tensor>>,
+}
+
+impl Evaluation {
+    /// The output of this name.
+    pub fn output(&self, name: &str) -> Option<&Tensor> {
+        self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
+/// Runs `g` once on `inputs` (one tensor per graph input, by name).
+///
+/// `persistent` gives values for params and states by name; any not given starts from its
+/// initializer ([`initial_value`]). Every given tensor is validated (unknown names, missing
+/// inputs, dtype, shape, data length, integral i32 data) before anything is computed.
+pub fn evaluate(
+    g: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    persistent: &HashMap<String, Tensor>,
+) -> Result<Evaluation, EvalError> {
+    validate(g, inputs, persistent)?;
+    let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
+    for id in g.value_ids() {
+        let value = g.value(id);
+        let init = match &value.def {
+            ValueDef::Input => Some(inputs[&value.name].clone()),
+            ValueDef::Param(init) | ValueDef::State(init) => Some(
+                persistent
+                    .get(&value.name)
+                    .cloned()
+                    .unwrap_or_else(|| initial_value(&value.ty, init)),
+            ),
+            ValueDef::Node { .. } => None,
+        };
+        values[id.index()] = init;
+    }
+    for node in &g.nodes {
+        let args: Vec<&Tensor> = node
+            .inputs
+            .iter()
+            .map(|v| {
+                values[v.index()]
+                    .as_ref()
+                    .expect("operands precede their users")
+            })
+            .collect();
+        let names: Vec<String> = node.inputs.iter().map(|&v| g.name_of(v).into()).collect();
+        let out_types: Vec<_> = node.outputs.iter().map(|&v| g.ty(v).clone()).collect();
+        let results = eval_named(node.op, &node.attrs, &args, &out_types, &names)?;
+        for (&v, t) in node.outputs.iter().zip(results) {
+            values[v.index()] = Some(t);
+        }
+    }
+    let get = |v: crate::graph::ValueId| values[v.index()].clone().expect("every value computed");
+    let outputs = g
+        .outputs
+        .iter()
+        .map(|&v| (g.name_of(v).to_string(), get(v)))
+        .collect();
+    let assigned = g
+        .assigns
+        .iter()
+        .map(|a| (g.name_of(a.target).to_string(), get(a.source)))
+        .collect();
+    Ok(Evaluation {
+        outputs,
+        assigned,
+        values,
+    })
+}
+
+/// Checks names, types and data of everything the caller gives.
+fn validate(
+    g: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    persistent: &HashMap<String, Tensor>,
+) -> Result<(), EvalError> {
+    let mut given: Vec<&String> = inputs.keys().collect();
+    given.sort();
+    for name in given {
+        let is_input = g
+            .lookup(name)
+            .is_some_and(|v| g.value(v).def == ValueDef::Input);
+        if !is_input {
+            return Err(EvalError::UnknownInput { name: name.clone() });
+        }
+    }
+    let mut given: Vec<&String> = persistent.keys().collect();
+    given.sort();
+    for name in given {
+        if !g.lookup(name).is_some_and(|v| g.value(v).is_persistent()) {
+            return Err(EvalError::UnknownPersistent { name: name.clone() });
+        }
+    }
+    for id in g.value_ids() {
+        let value = g.value(id);
+        let (tensor, is_input) = match value.def {
+            ValueDef::Input => match inputs.get(&value.name) {
+                Some(t) => (t, true),
+                None => {
+                    return Err(EvalError::MissingInput {
+                        name: value.name.clone(),
+                        expected: value.ty.clone(),
+                    });
+                }
+            },
+            ValueDef::Param(_) | ValueDef::State(_) => match persistent.get(&value.name) {
+                Some(t) => (t, false),
+                None => continue,
+            },
+            ValueDef::Node { .. } => continue,
+        };
+        if tensor.ty != value.ty {
+            let (name, expected, actual) =
+                (value.name.clone(), value.ty.clone(), tensor.ty.clone());
+            return Err(if is_input {
+                EvalError::InputType {
+                    name,
+                    expected,
+                    actual,
+                }
+            } else {
+                EvalError::PersistentType {
+                    name,
+                    expected,
+                    actual,
+                }
+            });
+        }
+        check_data(&value.name, tensor)?;
+    }
+    Ok(())
+}
+
+/// The data length matches the type, and i32 data holds i32 values.
+fn check_data(name: &str, t: &Tensor) -> Result<(), EvalError> {
+    if t.data.len() != t.ty.numel() {
+        return Err(EvalError::DataLength {
+            name: name.to_string(),
+            ty: t.ty.clone(),
+            expected: t.ty.numel(),
+            actual: t.data.len(),
+        });
+    }
+    if t.ty.dtype == DType::I32 {
+        let bad = t
+            .data
+            .iter()
+            .position(|&v| v.fract() != 0.0 || !(i32::MIN as f64..=i32::MAX as f64).contains(&v));
+        if let Some(index) = bad {
+            return Err(EvalError::NotAnInteger {
+                name: name.to_string(),
+                index,
+                value: t.data[index],
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,505 @@
+//! Training sugar: one call that turns a loss into a whole optimizer step.
+//!
+//! [`add_training`] is what the text statement `train LOSS with OPT(attr=value, ...)` lowers to.
+//! It adds, with the ordinary builder and in this order:
+//!
+//! 1. the optimizer's states, all `zeros`: `{p}.m` and `{p}.v` per param for `adam`/`adamw`,
+//!    then one `train.step: f32[]`; `{p}.momentum_buf` per param for `sgd` with momentum;
+//! 2. `{p1}.grad, ..., {pn}.grad = grad(LOSS, p1, ..., pn)`;
+//! 3. with `clip_norm = c` (global-norm clipping, as `torch.nn.utils.clip_grad_norm_`):
+//!    `train.grad_norm = sqrt(Σ_p sum(square({p}.grad)))`,
+//!    `train.clip_scale = minimum(div(c, add(train.grad_norm, 1e-6)), 1)` and
+//!    `{p}.grad.clipped = mul({p}.grad, train.clip_scale)`, which the optimizer then uses;
+//! 4. for `adam`/`adamw`: `train.step.next = add(train.step, 1)` (so the first step is t = 1);
+//! 5. per param, the optimizer node: `{p}.next, {p}.m.next, {p}.v.next = adamw(p, g, {p}.m,
+//!    {p}.v, train.step.next, ...)`, `{p}.next, {p}.momentum_buf.next = sgd(p, g,
+//!    {p}.momentum_buf, ...)` or `{p}.next = sgd(p, g, ...)`;
+//! 6. `assign` of every param and state to its `.next` value.
+//!
+//! The result is a plain graph: printing it shows these statements, and it parses back to the
+//! same graph. Every precondition is checked before the graph is touched, so an error leaves
+//! the graph as it was.
+
+use std::collections::HashSet;
+
+use crate::attr::{Attr, Attrs};
+use crate::graph::{Graph, GraphError, Init, ValueDef, ValueId};
+use crate::infer::{TypeError, infer};
+use crate::op::Op;
+use crate::types::{DType, TensorType};
+
+/// The optimizers `train` can expand to; each is the op of the same name.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Optimizer {
+    Sgd,
+    Adam,
+    AdamW,
+}
+
+impl Optimizer {
+    pub const ALL: [Optimizer; 3] = [Optimizer::Sgd, Optimizer::Adam, Optimizer::AdamW];
+
+    pub fn op(self) -> Op {
+        match self {
+            Optimizer::Sgd => Op::Sgd,
+            Optimizer::Adam => Op::Adam,
+            Optimizer::AdamW => Op::AdamW,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.op().name()
+    }
+
+    pub fn from_name(name: &str) -> Option<Optimizer> {
+        Optimizer::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
+/// What to train and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainSpec {
+    pub optimizer: Optimizer,
+    /// The optimizer's attributes, exactly as for its op (`lr`, `momentum`, `beta1`, ...).
+    pub attrs: Attrs,
+    /// Global-norm gradient clipping: every gradient is scaled by
+    /// `min(1, clip_norm / (total_norm + 1e-6))`. Must be positive and finite.
+    pub clip_norm: Option<f64>,
+    /// The params to train, in order; `None`: every param of the graph so far.
+    pub params: Option<Vec<ValueId>>,
+}
+
+impl TrainSpec {
+    pub fn new(optimizer: Optimizer, attrs: Attrs) -> TrainSpec {
+        TrainSpec {
+            optimizer,
+            attrs,
+            clip_norm: None,
+            params: None,
+        }
+    }
+}
+
+/// The values [`add_training`] created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrainStep {
+    /// The trained params, in order.
+    pub params: Vec<ValueId>,
+    /// `{p}.grad`: the results of the `grad` node, one per param.
+    pub grads: Vec<ValueId>,
+    /// The gradients the optimizer applies: `{p}.grad.clipped` with clipping, else `grads`.
+    pub applied: Vec<ValueId>,
+    /// `train.grad_norm`, the global gradient norm before clipping (with clipping only).
+    pub grad_norm: Option<ValueId>,
+    /// Every state created, in arena order.
+    pub states: Vec<ValueId>,
+    /// `train.step`, the number of completed steps (adam and adamw only).
+    pub step: Option<ValueId>,
+    /// `{p}.next`: the updated params, one per param.
+    pub new_params: Vec<ValueId>,
+}
+
+/// Why a training step cannot be added.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TrainError {
+    #[error("there are no params to train")]
+    NoParams,
+    /// `index` is the position in [`TrainSpec::params`].
+    #[error("`{name}` is not a param, so `train` cannot update it")]
+    NotAParam { index: usize, name: String },
+    #[error("`{name}` is listed twice in `params`")]
+    DuplicateParam { index: usize, name: String },
+    /// `index` is the position in [`TrainSpec::params`] when the params were listed.
+    #[error("`train` updates f32 params, but `{name}` is {ty}")]
+    NotF32 {
+        index: Option<usize>,
+        name: String,
+        ty: TensorType,
+    },
+    #[error("`train` needs a scalar f32 loss, got {ty}")]
+    LossType { ty: TensorType },
+    #[error("clip_norm={value} must be positive and finite")]
+    ClipNorm { value: f64 },
+    /// The optimizer's attributes break its op's rule.
+    #[error("{0}")]
+    Optimizer(TypeError),
+    #[error("`{name}` is already assigned, and `train` assigns every param it trains")]
+    AlreadyAssigned { name: String },
+    /// A name `train` generates is taken (`previous` is the value holding it, if any).
+    #[error("`train` names {purpose} `{name}`, but that name is already defined")]
+    NameTaken {
+        name: String,
+        purpose: String,
+        previous: Option<ValueId>,
+    },
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// The global names `train` defines.
+pub const STEP: &str = "train.step";
+pub const STEP_NEXT: &str = "train.step.next";
+pub const GRAD_NORM: &str = "train.grad_norm";
+pub const CLIP_SCALE: &str = "train.clip_scale";
+
+/// Added to the norm before dividing, as `torch.nn.utils.clip_grad_norm_` does.
+pub const CLIP_EPS: f64 = 1e-6;
+
+/// The suffixes of per-param names (`w1.grad`, `w1.m.next`, ...).
+const PARAM_SUFFIXES: [&str; 9] = [
+    "grad",
+    "grad.clipped",
+    "m",
+    "v",
+    "momentum_buf",
+    "next",
+    "m.next",
+    "v.next",
+    "momentum_buf.next",
+];
+
+/// Whether `name` has a form that `train` generates (`train.` then anything, or a name ending in
+/// one of the per-param suffixes). Used to keep a failed `train` from cascading into
+/// "unknown name" errors.
+pub fn is_train_name(name: &str) -> bool {
+    name.starts_with("train.")
+        || PARAM_SUFFIXES.iter().any(|s| {
+            name.strip_suffix(s)
+                .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
+        })
+}
+
+/// The states of one param for an optimizer: name suffix and what it holds.
+fn param_states(optimizer: Optimizer, attrs: &Attrs) -> &'static [(&'static str, &'static str)] {
+    match optimizer {
+        Optimizer::Adam | Optimizer::AdamW => &[("m", "the first moment"), ("v", "the second moment")],
+        Optimizer::Sgd if momentum(attrs) != 0.0 => &[("momentum_buf", "the momentum buffer")],
+        Optimizer::Sgd => &[],
+    }
+}
+
+fn momentum(attrs: &Attrs) -> f64 {
+    attrs
+        .get("momentum")
+        .and_then(Attr::as_float)
+        .unwrap_or(0.0)
+}
+
+/// Every name [`add_training`] will define for `params`, with what each holds.
+pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(String, String)> {
+    let states = param_states(spec.optimizer, &spec.attrs);
+    let adam = spec.optimizer != Optimizer::Sgd;
+    let mut names = Vec::new();
+    for &p in params {
+        let p = g.name_of(p);
+        for (suffix, what) in states {
+            names.push((format!("{p}.{suffix}"), format!("{what} of `{p}`")));
+        }
+    }
+    if adam {
+        names.push((STEP.into(), "the step counter".into()));
+    }
+    for &p in params {
+        let p = g.name_of(p);
+        names.push((format!("{p}.grad"), format!("the gradient of `{p}`")));
+    }
+    if spec.clip_norm.is_some() {
+        names.push((GRAD_NORM.into(), "the global gradient norm".into()));
+        names.push((CLIP_SCALE.into(), "the clipping factor".into()));
+        for &p in params {
+            let p = g.name_of(p);
+            names.push((
+                format!("{p}.grad.clipped"),
+                format!("the clipped gradient of `{p}`"),
+            ));
+        }
+    }
+    if adam {
+        names.push((STEP_NEXT.into(), "the new step counter".into()));
+    }
+    for &p in params {
+        let p = g.name_of(p);
+        names.push((format!("{p}.next"), format!("the new value of `{p}`")));
+        for (suffix, what) in states {
+            names.push((
+                format!("{p}.{suffix}.next"),
+                format!("the new value of {what} of `{p}`"),
+            ));
+        }
+    }
+    names
+}
+
+/// The params to train, checked: listed ones must be distinct f32 params.
+fn resolve_params(g: &Graph, spec: &TrainSpec) -> Result<Vec<ValueId>, TrainError> {
+    let listed = spec.params.is_some();
+    let params: Vec<ValueId> = match &spec.params {
+        Some(list) => list.clone(),
+        None => g.params().collect(),
+    };
+    if params.is_empty() {
+        return Err(TrainError::NoParams);
+    }
+    for (i, &p) in params.iter().enumerate() {
+        let value = g.value(p);
+        let name = value.name.clone();
+        if !matches!(value.def, ValueDef::Param(_)) {
+            return Err(TrainError::NotAParam { index: i, name });
+        }
+        if params[..i].contains(&p) {
+            return Err(TrainError::DuplicateParam { index: i, name });
+        }
+        if value.ty.dtype != DType::F32 {
+            return Err(TrainError::NotF32 {
+                index: listed.then_some(i),
+                name,
+                ty: value.ty.clone(),
+            });
+        }
+    }
+    Ok(params)
+}
+
+/// Checks everything [`add_training`] needs before it changes the graph.
+fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, TrainError> {
+    let params = resolve_params(g, spec)?;
+    let loss_ty = g.ty(loss);
+    if loss_ty.dtype != DType::F32 || !loss_ty.is_scalar() {
+        return Err(TrainError::LossType {
+            ty: loss_ty.clone(),
+        });
+    }
+    // The optimizer's attributes, checked by its own shape rule on the first param's type.
+    let ty = g.ty(params[0]).clone();
+    let operands = match spec.optimizer {
+        Optimizer::Adam | Optimizer::AdamW => {
+            vec![ty.clone(), ty.clone(), ty.clone(), ty, TensorType::f32(vec![])]
+        }
+        Optimizer::Sgd => {
+            let n = 2 + param_states(spec.optimizer, &spec.attrs).len();
+            vec![ty; n]
+        }
+    };
+    infer(spec.optimizer.op(), &operands, &mut spec.attrs.clone())
+        .map_err(TrainError::Optimizer)?;
+    if let Some(value) = spec.clip_norm
+        && !(value > 0.0 && value.is_finite())
+    {
+        return Err(TrainError::ClipNorm { value });
+    }
+    if let Some(a) = g.assigns.iter().find(|a| params.contains(&a.target)) {
+        return Err(TrainError::AlreadyAssigned {
+            name: g.name_of(a.target).to_string(),
+        });
+    }
+    let mut planned = HashSet::new();
+    for (name, purpose) in planned_names(g, &params, spec) {
+        let previous = g.lookup(&name);
+        if previous.is_some() || !planned.insert(name.clone()) {
+            return Err(TrainError::NameTaken {
+                name,
+                purpose,
+                previous,
+            });
+        }
+    }
+    Ok(params)
+}
+
+/// Adds one optimizer step on `loss` to `g` (see the module docs for what is added).
+pub fn add_training(
+    g: &mut Graph,
+    loss: ValueId,
+    spec: &TrainSpec,
+) -> Result<TrainStep, TrainError> {
+    let params = check(g, loss, spec)?;
+    let names: Vec<String> = params.iter().map(|&p| g.name_of(p).to_string()).collect();
+    let suffixes = param_states(spec.optimizer, &spec.attrs);
+    let adam = spec.optimizer != Optimizer::Sgd;
+
+    // 1. States.
+    let mut states = Vec::new();
+    let mut per_param: Vec<Vec<ValueId>> = Vec::new();
+    for (&p, name) in params.iter().zip(&names) {
+        let ty = g.ty(p).clone();
+        let mut mine = Vec::new();
+        for (suffix, _) in suffixes {
+            mine.push(g.add_state(format!("{name}.{suffix}"), ty.clone(), Init::Zeros)?);
+        }
+        states.extend(&mine);
+        per_param.push(mine);
+    }
+    let step = if adam {
+        let s = g.add_state(STEP, TensorType::f32(vec![]), Init::Zeros)?;
+        states.push(s);
+        Some(s)
+    } else {
+        None
+    };
+
+    // 2. Gradients.
+    let grad_names: Vec<String> = names.iter().map(|n| format!("{n}.grad")).collect();
+    let mut grad_inputs = vec![loss];
+    grad_inputs.extend(&params);
+    let grads = g.add_node(Op::Grad, &grad_inputs, Attrs::new(), Some(&grad_names))?;
+
+    // 3. Clipping.
+    let (applied, grad_norm) = match spec.clip_norm {
+        Some(clip) => {
+            let (applied, norm) = clip_by_global_norm(g, &grads, &names, clip)?;
+            (applied, Some(norm))
+        }
+        None => (grads.clone(), None),
+    };
+
+    // 4. The step counter, 1 on the first run.
+    let step_next = match step {
+        Some(s) => {
+            let one = g.constant(1.0)?;
+            let next = [STEP_NEXT.to_string()];
+            Some(g.add_node(Op::Add, &[s, one], Attrs::new(), Some(&next))?[0])
+        }
+        None => None,
+    };
+
+    // 5. The updates.
+    let mut results = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let mut inputs = vec![params[i], applied[i]];
+        inputs.extend(&per_param[i]);
+        inputs.extend(step_next);
+        let mut result_names = vec![format!("{name}.next")];
+        result_names.extend(suffixes.iter().map(|(s, _)| format!("{name}.{s}.next")));
+        let out = g.add_node(
+            spec.optimizer.op(),
+            &inputs,
+            spec.attrs.clone(),
+            Some(&result_names),
+        )?;
+        results.push(out);
+    }
+
+    // 6. Assigns.
+    for (i, out) in results.iter().enumerate() {
+        g.add_assign(params[i], out[0])?;
+        for (&state, &new) in per_param[i].iter().zip(&out[1..]) {
+            g.add_assign(state, new)?;
+        }
+    }
+    if let (Some(s), Some(next)) = (step, step_next) {
+        g.add_assign(s, next)?;
+    }
+    Ok(TrainStep {
+        params,
+        grads,
+        applied,
+        grad_norm,
+        states,
+        step,
+        new_params: results.iter().map(|r| r[0]).collect(),
+    })
+}
+
+/// `train.grad_norm`, `train.clip_scale` and `{p}.grad.clipped` for every gradient; returns
+/// the clipped gradients and the norm. Built in the order the parser builds the printed text,
+/// so the sums print nested: `sqrt(add(sum(square(a.grad)), sum(square(b.grad))))`.
+fn clip_by_global_norm(
+    g: &mut Graph,
+    grads: &[ValueId],
+    names: &[String],
+    clip: f64,
+) -> Result<(Vec<ValueId>, ValueId), GraphError> {
+    let mut total: Option<ValueId> = None;
+    for &grad in grads {
+        let square = g.add(Op::Square, &[grad], Attrs::new())?;
+        let sum = g.add(Op::Sum, &[square], Attrs::new())?;
+        total = Some(match total {
+            Some(t) => g.add(Op::Add, &[t, sum], Attrs::new())?,
+            None => sum,
+        });
+    }
+    let total = total.expect("at least one gradient");
+    let norm = g.add_node(
+        Op::Sqrt,
+        &[total],
+        Attrs::new(),
+        Some(&[GRAD_NORM.to_string()]),
+    )?[0];
+    let clip = g.constant(clip)?;
+    let eps = g.constant(CLIP_EPS)?;
+    let denominator = g.add(Op::Add, &[norm, eps], Attrs::new())?;
+    let ratio = g.add(Op::Div, &[clip, denominator], Attrs::new())?;
+    let one = g.constant(1.0)?;
+    let scale = g.add_node(
+        Op::Minimum,
+        &[ratio, one],
+        Attrs::new(),
+        Some(&[CLIP_SCALE.to_string()]),
+    )?[0];
+    let mut clipped = Vec::with_capacity(grads.len());
+    for (&grad, name) in grads.iter().zip(names) {
+        let result = [format!("{name}.grad.clipped")];
+        clipped.push(g.add_node(Op::Mul, &[grad, scale], Attrs::new(), Some(&result))?[0]);
+    }
+    Ok((clipped, norm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph() -> (Graph, ValueId) {
+        let mut g = Graph::new("t");
+        let w = g
+            .add_param("w", TensorType::f32(vec![2, 3]), Init::Ones)
+            .unwrap();
+        g.add_param("b", TensorType::f32(vec![3]), Init::Zeros)
+            .unwrap();
+        let loss = g.add(Op::Sum, &[w], Attrs::new()).unwrap();
+        (g, loss)
+    }
+
+    #[test]
+    fn adamw_names_and_assigns() {
+        let (mut g, loss) = graph();
+        let spec = TrainSpec::new(Optimizer::AdamW, Attrs::new());
+        let step = add_training(&mut g, loss, &spec).unwrap();
+        for name in [
+            "w.m", "w.v", "b.m", "b.v", STEP, "w.grad", "b.grad", STEP_NEXT, "w.next",
+            "w.m.next", "b.v.next",
+        ] {
+            assert!(g.lookup(name).is_some(), "{name}");
+        }
+        assert_eq!(step.states.len(), 5);
+        assert_eq!(g.assigns.len(), 7);
+    }
+
+    #[test]
+    fn errors_leave_the_graph_unchanged() {
+        let (mut g, loss) = graph();
+        let before = g.clone();
+        let spec = TrainSpec::new(Optimizer::Sgd, Attrs::new());
+        assert!(matches!(
+            add_training(&mut g, loss, &spec),
+            Err(TrainError::Optimizer(_))
+        ));
+        let w = g.lookup("w").unwrap();
+        let mut spec = TrainSpec::new(Optimizer::Adam, Attrs::new());
+        spec.params = Some(vec![w, w]);
+        assert!(matches!(
+            add_training(&mut g, loss, &spec),
+            Err(TrainError::DuplicateParam { index: 1, .. })
+        ));
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn train_names() {
+        assert!(is_train_name("train.step"));
+        assert!(is_train_name("w1.grad"));
+        assert!(is_train_name("layer.0.weight.m.next"));
+        assert!(!is_train_name(".grad"));
+        assert!(!is_train_name("grad"));
+        assert!(!is_train_name("w1"));
+    }
+}

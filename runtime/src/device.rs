@@ -1,0 +1,380 @@
+//! Adapter and device selection: which GPU runs the artifact, and a device with exactly the
+//! features and limits the artifact needs.
+//!
+//! Order of preference: Vulkan, Metal, DX12, then GL (GL only when none of the others has an
+//! adapter); within a backend, discrete before integrated before virtual before CPU adapters.
+//! `SINTER_BACKEND` (vulkan|metal|dx12|gl) or wgpu's own `WGPU_BACKEND` restricts the backends;
+//! `SINTER_ADAPTER` picks the adapter whose name contains it (case-insensitive).
+
+use std::sync::{Arc, Mutex};
+
+use sinter_ir::artifact::Requirements;
+
+use crate::error::RuntimeError;
+
+/// Which adapter to use. [`AdapterChoice::from_env`] reads it from the environment.
+#[derive(Clone, Debug, Default)]
+pub struct AdapterChoice {
+    /// Backends to look at; `None`: Vulkan, Metal and DX12, then GL if those have no adapter.
+    pub backends: Option<wgpu::Backends>,
+    /// Case-insensitive substring of the adapter's name.
+    pub name_contains: Option<String>,
+}
+
+impl AdapterChoice {
+    /// `SINTER_BACKEND` (else `WGPU_BACKEND`) and `SINTER_ADAPTER`.
+    pub fn from_env() -> Result<AdapterChoice, RuntimeError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let backends = match var("SINTER_BACKEND") {
+            Some(value) => Some(parse_backend(&value)?),
+            None => wgpu::Backends::from_env(),
+        };
+        Ok(AdapterChoice {
+            backends,
+            name_contains: var("SINTER_ADAPTER"),
+        })
+    }
+}
+
+fn parse_backend(value: &str) -> Result<wgpu::Backends, RuntimeError> {
+    Ok(match value.trim().to_ascii_lowercase().as_str() {
+        "vulkan" | "vk" => wgpu::Backends::VULKAN,
+        "metal" | "mtl" => wgpu::Backends::METAL,
+        "dx12" | "d3d12" => wgpu::Backends::DX12,
+        "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+        _ => {
+            return Err(RuntimeError::BadBackend {
+                value: value.to_string(),
+            });
+        }
+    })
+}
+
+/// One limit an artifact needs: wgpu's field name and the least acceptable value.
+pub(crate) type LimitNeed = (&'static str, u64);
+
+type LimitGet = fn(&wgpu::Limits) -> u64;
+type LimitSet = fn(&mut wgpu::Limits, u64);
+
+macro_rules! limit_table {
+    ($($field:ident),* $(,)?) => {
+        /// The limits the runtime may raise, by name (all "higher is better" limits).
+        const LIMITS: &[(&str, LimitGet, LimitSet)] = &[
+            $((stringify!($field), |l| l.$field as u64, |l, v| l.$field = v as _),)*
+        ];
+    };
+}
+
+limit_table!(
+    max_storage_buffer_binding_size,
+    max_buffer_size,
+    max_storage_buffers_per_shader_stage,
+    max_uniform_buffers_per_shader_stage,
+    max_uniform_buffer_binding_size,
+    max_bindings_per_bind_group,
+    max_dynamic_uniform_buffers_per_pipeline_layout,
+    max_compute_workgroup_storage_size,
+    max_compute_invocations_per_workgroup,
+    max_compute_workgroup_size_x,
+    max_compute_workgroup_size_y,
+    max_compute_workgroup_size_z,
+    max_compute_workgroups_per_dimension,
+);
+
+/// The limits an artifact declares in its [`Requirements`].
+pub(crate) fn declared_limits(r: &Requirements) -> Vec<LimitNeed> {
+    vec![
+        (
+            "max_storage_buffer_binding_size",
+            r.max_storage_buffer_binding_size,
+        ),
+        ("max_buffer_size", r.max_buffer_size),
+        (
+            "max_storage_buffers_per_shader_stage",
+            r.max_storage_buffers_per_shader_stage.into(),
+        ),
+        (
+            "max_compute_workgroup_storage_size",
+            r.max_compute_workgroup_storage_size.into(),
+        ),
+        (
+            "max_compute_invocations_per_workgroup",
+            r.max_compute_invocations_per_workgroup.into(),
+        ),
+        (
+            "max_compute_workgroup_size_x",
+            r.max_compute_workgroup_size_x.into(),
+        ),
+        (
+            "max_compute_workgroups_per_dimension",
+            r.max_compute_workgroups_per_dimension.into(),
+        ),
+        (
+            "max_uniform_buffer_binding_size",
+            r.max_uniform_buffer_binding_size,
+        ),
+    ]
+}
+
+/// The adapter, device and queue a session runs on.
+pub struct Gpu {
+    pub(crate) adapter: wgpu::Adapter,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    /// Errors no error scope caught (a backstop: wgpu's default handler would panic).
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &describe_adapter(&self.adapter.get_info()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One line about an adapter: name, backend, kind and driver (for `sinter run --verbose`).
+pub fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
+    let mut s = format!("{} ({}, {:?}", info.name, info.backend, info.device_type);
+    if !info.driver.is_empty() {
+        s.push_str(&format!("; driver {}", info.driver));
+        if !info.driver_info.is_empty() {
+            s.push_str(&format!(" {}", info.driver_info));
+        }
+    }
+    s.push(')');
+    s
+}
+
+/// The adapters that `choice` allows, best first.
+pub async fn list_adapters(choice: &AdapterChoice) -> Vec<wgpu::Adapter> {
+    let tiers = match choice.backends {
+        Some(b) => vec![b],
+        None => vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY],
+    };
+    for backends in tiers {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+        });
+        let mut adapters = instance.enumerate_adapters(backends).await;
+        if adapters.is_empty() {
+            // Browsers cannot enumerate; ask for the default adapter instead.
+            if let Ok(a) = instance
+                .request_adapter(&wgpu::RequestAdapterOptions::default())
+                .await
+            {
+                adapters.push(a);
+            }
+        }
+        if !adapters.is_empty() {
+            adapters.sort_by_key(|a| rank(&a.get_info()));
+            return adapters;
+        }
+    }
+    Vec::new()
+}
+
+fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let backend = match info.backend {
+        wgpu::Backend::Vulkan => 0,
+        wgpu::Backend::Metal => 1,
+        wgpu::Backend::Dx12 => 2,
+        wgpu::Backend::BrowserWebGpu => 3,
+        wgpu::Backend::Gl => 4,
+        _ => 5,
+    };
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    (backend, kind)
+}
+
+fn no_adapter_hint() -> &'static str {
+    if cfg!(target_os = "linux") {
+        "install a Vulkan driver; without a GPU, install Mesa's software Vulkan driver: \
+         apt-get install mesa-vulkan-drivers libvulkan1"
+    } else if cfg!(target_os = "macos") {
+        "sinter needs Metal, which every Mac since 2012 has"
+    } else if cfg!(target_os = "windows") {
+        "install your GPU vendor's driver (DX12 or Vulkan)"
+    } else {
+        "install a Vulkan driver for this GPU"
+    }
+}
+
+impl Gpu {
+    /// Picks an adapter and creates a device with the features in `requirements` and every limit
+    /// in `limits` (the declared ones plus what the runtime derives from the artifact).
+    pub(crate) async fn request(
+        choice: &AdapterChoice,
+        requirements: &Requirements,
+        limits: &[LimitNeed],
+    ) -> Result<Gpu, RuntimeError> {
+        let adapters = list_adapters(choice).await;
+        if adapters.is_empty() {
+            let tried = match choice.backends {
+                Some(b) => b
+                    .iter_names()
+                    .map(|(name, _)| name.to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                None => "vulkan, metal, dx12, gl".to_string(),
+            };
+            return Err(RuntimeError::NoAdapter {
+                tried,
+                hint: no_adapter_hint(),
+            });
+        }
+        let adapter = match &choice.name_contains {
+            None => adapters.into_iter().next(),
+            Some(pattern) => {
+                let p = pattern.to_lowercase();
+                let names: Vec<String> = adapters
+                    .iter()
+                    .map(|a| describe_adapter(&a.get_info()))
+                    .collect();
+                let found = adapters
+                    .into_iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&p));
+                if found.is_none() {
+                    return Err(RuntimeError::NoMatchingAdapter {
+                        pattern: pattern.clone(),
+                        available: names,
+                    });
+                }
+                found
+            }
+        }
+        .expect("adapters is not empty");
+        let name = adapter.get_info().name;
+
+        let mut features = wgpu::Features::empty();
+        for f in &requirements.features {
+            let Some(flag) = wgpu::Features::from_name(f) else {
+                return Err(RuntimeError::UnknownFeature { feature: f.clone() });
+            };
+            if !adapter.features().contains(flag) {
+                return Err(RuntimeError::MissingFeature {
+                    feature: f.clone(),
+                    adapter: name,
+                });
+            }
+            features |= flag;
+        }
+
+        let available = adapter.limits();
+        // Start from the downlevel defaults (clamped to the adapter, so that no limit the
+        // artifact did not ask for can fail), then raise each needed limit.
+        let mut required = wgpu::Limits::downlevel_defaults().or_worse_values_from(&available);
+        for &(limit, value) in limits {
+            let (_, get, set) = LIMITS
+                .iter()
+                .find(|(n, _, _)| *n == limit)
+                .expect("every needed limit is in the table");
+            if value > get(&available) {
+                return Err(RuntimeError::LimitTooLow {
+                    limit,
+                    required: value,
+                    available: get(&available),
+                    adapter: name,
+                });
+            }
+            if value > get(&required) {
+                set(&mut required, value);
+            }
+        }
+
+        let experimental = if requirements
+            .features
+            .iter()
+            .any(|f| f.starts_with("EXPERIMENTAL_"))
+        {
+            // SAFETY: the artifact asks for an experimental feature (cooperative matrices);
+            // wgpu documents that these may have bugs, which the compiler works around (GPU.md).
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("sinter"),
+                required_features: features,
+                required_limits: required,
+                experimental_features: experimental,
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| RuntimeError::RequestDevice {
+                adapter: name,
+                message: e.to_string(),
+            })?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        Ok(Gpu {
+            adapter,
+            device,
+            queue,
+            uncaptured,
+        })
+    }
+
+    pub fn adapter_info(&self) -> wgpu::AdapterInfo {
+        self.adapter.get_info()
+    }
+
+    /// One line about the adapter in use (see [`describe_adapter`]).
+    pub fn describe(&self) -> String {
+        describe_adapter(&self.adapter.get_info())
+    }
+
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// Runs `f` with every wgpu error it causes captured; returns the first one as a message.
+    pub(crate) async fn capture<T>(&self, f: impl FnOnce() -> T) -> (T, Option<String>) {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let out = f();
+        // Scopes pop in reverse order of their pushes.
+        let v = validation.pop().await;
+        let i = internal.pop().await;
+        let o = oom.pop().await;
+        let first = v.or(i).or(o).map(|e| error_text(&e));
+        (out, first.or_else(|| self.take_uncaptured()))
+    }
+
+    /// An error that escaped every scope since the last call, if any.
+    pub(crate) fn take_uncaptured(&self) -> Option<String> {
+        let mut v = self.uncaptured.lock().ok()?;
+        let first = v.first().cloned();
+        v.clear();
+        first
+    }
+}
+
+/// wgpu's message (which already spells out the chain of causes), without its
+/// "Validation Error / Caused by:" preamble.
+fn error_text(e: &wgpu::Error) -> String {
+    let full = e.to_string();
+    match full.split_once("Caused by:") {
+        Some((_, cause)) => cause.trim().to_string(),
+        None => full.trim().to_string(),
+    }
+}

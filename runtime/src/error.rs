@@ -1,0 +1,104 @@
+//! The runtime's one error type. Every message names what was wrong (the tensor, the kernel, the
+//! limit) and, where there is one, what to do about it.
+
+use std::path::PathBuf;
+
+use sinter_ir::TensorType;
+use sinter_ir::artifact::{ArtifactError, Role};
+
+use crate::io::IoError;
+
+/// Anything that can go wrong while loading or running an artifact.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("no GPU adapter found (backends tried: {tried}); {hint}")]
+    NoAdapter { tried: String, hint: &'static str },
+    #[error(
+        "SINTER_ADAPTER={pattern:?} matches none of the adapters found: {}",
+        available.join("; ")
+    )]
+    NoMatchingAdapter {
+        pattern: String,
+        available: Vec<String>,
+    },
+    #[error("SINTER_BACKEND={value:?} is not a backend; use vulkan, metal, dx12 or gl")]
+    BadBackend { value: String },
+    #[error("the artifact needs the device feature {feature}, which wgpu does not know")]
+    UnknownFeature { feature: String },
+    #[error("the artifact needs the device feature {feature}, which adapter `{adapter}` lacks")]
+    MissingFeature { feature: String, adapter: String },
+    #[error("the artifact needs {limit} >= {required}, but adapter `{adapter}` offers {available}")]
+    LimitTooLow {
+        limit: &'static str,
+        required: u64,
+        available: u64,
+        adapter: String,
+    },
+    #[error("adapter `{adapter}` refused to create a device: {message}")]
+    RequestDevice { adapter: String, message: String },
+    #[error("cannot read artifact {}: {source}", path.display())]
+    ReadArtifact {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+    #[error("kernel `{kernel}` failed to build: {message}")]
+    Shader { kernel: String, message: String },
+    #[error("the GPU reported an error while {during}: {message}")]
+    Gpu {
+        during: &'static str,
+        message: String,
+    },
+    #[error("input `{name}` is missing: the graph expects {expected}")]
+    MissingInput { name: String, expected: TensorType },
+    #[error("`{name}` is not an input of this graph{}; its inputs are: {}",
+        role.map(|r| format!(" (it is {})", role_name(r))).unwrap_or_default(),
+        if inputs.is_empty() { "(none)".to_string() } else { inputs.join(", ") })]
+    UnknownInput {
+        name: String,
+        role: Option<Role>,
+        inputs: Vec<String>,
+    },
+    #[error("input `{name}` is given twice")]
+    DuplicateInput { name: String },
+    #[error("input `{name}` has type {actual}, but the graph expects {expected}")]
+    InputType {
+        name: String,
+        expected: TensorType,
+        actual: TensorType,
+    },
+    #[error(
+        "tensor `{name}` is malformed: shape {shape:?} has {expected} elements, data has {len}"
+    )]
+    MalformedTensor {
+        name: String,
+        shape: Vec<usize>,
+        expected: usize,
+        len: usize,
+    },
+    #[error("`{name}` is not a param or state of this graph{}",
+        role.map(|r| format!(" (it is {})", role_name(r))).unwrap_or_default())]
+    UnknownWeight { name: String, role: Option<Role> },
+    #[error("weight `{name}` has type {actual}, but the graph expects {expected}")]
+    WeightType {
+        name: String,
+        expected: TensorType,
+        actual: TensorType,
+    },
+    #[error("run_steps needs at least one step")]
+    ZeroSteps,
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("reading results back from the GPU failed: {0}")]
+    Map(String),
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Input => "an input",
+        Role::Output => "an output",
+        Role::Param => "a param",
+        Role::State => "a state",
+    }
+}

@@ -1,0 +1,85 @@
+//! The native layer: blocking wrappers around the async core, and the file system.
+//!
+//! Everything a browser lacks (blocking on a future, reading files) lives here; the rest of the
+//! crate is async and file-free, so it can run under WebGPU later.
+
+use std::path::Path;
+
+use sinter_ir::artifact::Artifact;
+
+use crate::device::{AdapterChoice, describe_adapter, list_adapters};
+use crate::error::RuntimeError;
+use crate::io::{self, HostTensor};
+use crate::session::{Outputs, Session};
+
+/// Reads and checks an artifact file.
+pub fn read_artifact(path: impl AsRef<Path>) -> Result<Artifact, RuntimeError> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| RuntimeError::ReadArtifact {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Artifact::from_bytes(&bytes)?)
+}
+
+/// One line per adapter that the environment (`SINTER_BACKEND`, `WGPU_BACKEND`) allows, best
+/// first; the first (or the first matching `SINTER_ADAPTER`) is the one a session uses.
+pub fn available_adapters() -> Result<Vec<String>, RuntimeError> {
+    let choice = AdapterChoice::from_env()?;
+    let adapters = pollster::block_on(list_adapters(&choice));
+    Ok(adapters
+        .iter()
+        .map(|a| describe_adapter(&a.get_info()))
+        .collect())
+}
+
+impl Session {
+    /// Loads an artifact on the adapter the environment selects (see [`AdapterChoice::from_env`]).
+    pub fn load(artifact: Artifact) -> Result<Session, RuntimeError> {
+        Session::load_with(artifact, &AdapterChoice::from_env()?)
+    }
+
+    pub fn load_with(artifact: Artifact, choice: &AdapterChoice) -> Result<Session, RuntimeError> {
+        pollster::block_on(Session::load_async(artifact, choice))
+    }
+
+    /// Reads an artifact file and loads it.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Session, RuntimeError> {
+        Session::load(read_artifact(path)?)
+    }
+
+    /// Runs the graph once with named inputs; returns the named outputs in manifest order.
+    pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Outputs, RuntimeError> {
+        pollster::block_on(self.run_async(inputs))
+    }
+
+    /// Runs the graph `steps` times with the same inputs; returns the last step's outputs.
+    pub fn run_steps(
+        &mut self,
+        steps: u32,
+        inputs: &[(&str, &HostTensor)],
+    ) -> Result<Outputs, RuntimeError> {
+        pollster::block_on(self.run_steps_async(steps, inputs))
+    }
+
+    /// The current value of a param or state.
+    pub fn read_persistent(&self, name: &str) -> Result<HostTensor, RuntimeError> {
+        pollster::block_on(self.read_persistent_async(name))
+    }
+
+    /// Every param and state with its current value, in manifest order.
+    pub fn weights(&self) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        pollster::block_on(self.weights_async())
+    }
+
+    /// Writes every param and state to a safetensors file.
+    pub fn save_weights(&self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
+        Ok(io::write_safetensors(path.as_ref(), &self.weights()?)?)
+    }
+
+    /// Loads params and states from a safetensors file (see [`Session::load_weights`]).
+    pub fn load_weights_file(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
+        let weights = io::read_safetensors(path.as_ref())?;
+        self.load_weights(&weights)
+    }
+}

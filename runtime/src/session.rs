@@ -1,0 +1,724 @@
+//! A loaded artifact on a device, and running it.
+//!
+//! Loading builds everything once: arena buffers (with the initial values of params and states),
+//! one uniform buffer holding every dispatch's param block, one pipeline per distinct kernel, and
+//! the bind groups. A run then is: validate and upload the inputs, record every dispatch into one
+//! compute pass of one command encoder, copy the outputs into one readback buffer, apply the
+//! `assign` copies, submit once, map and read the outputs. Params and states stay on the GPU.
+//!
+//! ## Param blocks: dynamic offsets
+//! Binding 0 of every kernel is its param block, bound with a *dynamic offset* into the one
+//! uniform buffer. So a bind group is needed per distinct (block size, arenas bound), not per
+//! dispatch: a training step of thousands of dispatches over one arena has a handful of bind
+//! groups instead of thousands, and `set_bind_group` is issued per dispatch either way. The
+//! layout's `min_binding_size` is the kernel's block size, so a shader whose `Params` struct is
+//! larger than the words the artifact ships fails when its pipeline is built, naming the kernel,
+//! rather than reading the next dispatch's words.
+//!
+//! ## Outputs before assigns
+//! Outputs are copied out before the `assign` copies: an assignment takes effect *after* the run,
+//! so an output that is (or aliases) an assigned param reads the value the run computed with.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+
+use sinter_ir::artifact::{Artifact, Role, TensorSlot};
+
+use crate::device::{AdapterChoice, Gpu, declared_limits};
+use crate::error::RuntimeError;
+use crate::io::{HostTensor, TensorData};
+use crate::plan::{self, MAX_UNIFORM_ALIGN, Packing, Plan, buffer_size};
+use crate::readback::{read_buffer, wait_idle};
+
+/// The named outputs of a run, in manifest order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outputs {
+    tensors: Vec<(String, HostTensor)>,
+}
+
+impl Outputs {
+    pub fn get(&self, name: &str) -> Option<&HostTensor> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &HostTensor)> {
+        self.tensors.iter().map(|(n, t)| (n.as_str(), t))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    pub fn into_vec(self) -> Vec<(String, HostTensor)> {
+        self.tensors
+    }
+}
+
+impl IntoIterator for Outputs {
+    type Item = (String, HostTensor);
+    type IntoIter = std::vec::IntoIter<(String, HostTensor)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.tensors.into_iter()
+    }
+}
+
+/// What loading built (for `sinter run --verbose`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// The adapter, as [`crate::describe_adapter`] writes it.
+    pub adapter: String,
+    pub kernels: usize,
+    /// Pipelines built: kernels with identical WGSL share one; kernels never dispatched get none.
+    pub pipelines: usize,
+    pub bind_group_layouts: usize,
+    pub bind_groups: usize,
+    /// Dispatches recorded per run (those with zero workgroups are skipped).
+    pub dispatches: usize,
+    pub arena_bytes: u64,
+    pub uniform_bytes: u64,
+    /// Kernels built with wgpu's loop bounding off (`loops_bounded`).
+    pub unbounded_loop_kernels: usize,
+}
+
+/// One recorded dispatch.
+#[derive(Debug)]
+struct Step {
+    pipeline: usize,
+    bind_group: usize,
+    param_offset: u32,
+    workgroups: [u32; 3],
+}
+
+/// A loaded artifact, ready to run.
+#[derive(Debug)]
+pub struct Session {
+    gpu: Gpu,
+    /// The manifest (its blob is dropped once uploaded).
+    artifact: Artifact,
+    plan: Plan,
+    arenas: Vec<wgpu::Buffer>,
+    steps: Vec<Step>,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    bind_groups: Vec<wgpu::BindGroup>,
+    /// Inputs are uploaded here and copied into the arena at the start of every step (the
+    /// memory planner may reuse an input's bytes once it is dead).
+    upload: Option<wgpu::Buffer>,
+    readback: Option<wgpu::Buffer>,
+    /// For assigns whose sources overlap their targets.
+    scratch: Option<wgpu::Buffer>,
+    report: LoadReport,
+}
+
+/// Bind group layout key: (arena bindings, param block bytes).
+type LayoutKey = (u32, u64);
+
+impl Session {
+    /// Picks an adapter as `choice` says, creates a device with what the artifact needs, and
+    /// builds buffers, pipelines and bind groups.
+    pub async fn load_async(
+        mut artifact: Artifact,
+        choice: &AdapterChoice,
+    ) -> Result<Session, RuntimeError> {
+        artifact.check()?;
+        plan::check(&artifact)?;
+        let mut limits = declared_limits(&artifact.requirements);
+        limits.extend(Plan::new(&artifact, MAX_UNIFORM_ALIGN).limits(&artifact));
+        let gpu = Gpu::request(choice, &artifact.requirements, &limits).await?;
+        let align = u64::from(gpu.device.limits().min_uniform_buffer_offset_alignment);
+        let plan = Plan::new(&artifact, align);
+        let device = &gpu.device;
+
+        let (buffers, err) = gpu
+            .capture(|| {
+                let buffer = |label: &str, bytes: u64, usage| {
+                    device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(label),
+                        size: buffer_size(bytes),
+                        usage,
+                        mapped_at_creation: false,
+                    })
+                };
+                let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+                let arenas: Vec<_> = artifact
+                    .arenas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let label = format!("arena{i}");
+                        buffer(&label, a.size_bytes, wgpu::BufferUsages::STORAGE | copy)
+                    })
+                    .collect();
+                let params = buffer(
+                    "param blocks",
+                    plan.uniform.len() as u64,
+                    wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                );
+                gpu.queue.write_buffer(&params, 0, &plan.uniform);
+                for t in &artifact.tensors {
+                    if let Some((off, len)) = t.init.filter(|&(_, len)| len > 0) {
+                        let bytes = &artifact.blob[off as usize..(off + len) as usize];
+                        gpu.queue
+                            .write_buffer(&arenas[t.arena as usize], t.offset, bytes);
+                    }
+                }
+                let some = |n: u64| n > 0;
+                let upload =
+                    some(plan.inputs.bytes).then(|| buffer("inputs", plan.inputs.bytes, copy));
+                let readback = some(plan.outputs.bytes).then(|| {
+                    buffer(
+                        "outputs",
+                        plan.outputs.bytes,
+                        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    )
+                });
+                let scratch = (plan.stage_assigns && some(plan.assign_bytes))
+                    .then(|| buffer("assign scratch", plan.assign_bytes, copy));
+                (arenas, params, upload, readback, scratch)
+            })
+            .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "creating buffers",
+                message,
+            });
+        }
+        let (arenas, params, upload, readback, scratch) = buffers;
+        artifact.blob = Vec::new();
+
+        // Layouts and pipelines, each kernel in its own error scope so failures name it.
+        let mut layouts: Vec<(wgpu::BindGroupLayout, wgpu::PipelineLayout)> = Vec::new();
+        let mut layout_of: HashMap<LayoutKey, usize> = HashMap::new();
+        let mut pipelines = Vec::new();
+        let mut pipeline_of: HashMap<(&str, &str, bool, usize), usize> = HashMap::new();
+        let mut kernel_pipeline = vec![usize::MAX; artifact.kernels.len()];
+        let mut unbounded = 0;
+        for (k, kernel) in artifact.kernels.iter().enumerate() {
+            let block = plan.block_bytes[k];
+            if block == 0 {
+                continue; // never dispatched
+            }
+            let key = (kernel.arena_bindings, block);
+            let layout = *layout_of.entry(key).or_insert_with(|| {
+                layouts.push(create_layout(device, key));
+                layouts.len() - 1
+            });
+            let pkey = (
+                kernel.wgsl.as_str(),
+                kernel.entry_point.as_str(),
+                kernel.loops_bounded,
+                layout,
+            );
+            if let Some(&p) = pipeline_of.get(&pkey) {
+                kernel_pipeline[k] = p;
+                continue;
+            }
+            let (pipeline, err) = gpu
+                .capture(|| create_pipeline(device, kernel, &layouts[layout].1))
+                .await;
+            if let Some(message) = err {
+                return Err(RuntimeError::Shader {
+                    kernel: kernel.name.clone(),
+                    message,
+                });
+            }
+            unbounded += usize::from(kernel.loops_bounded);
+            pipelines.push(pipeline);
+            pipeline_of.insert(pkey, pipelines.len() - 1);
+            kernel_pipeline[k] = pipelines.len() - 1;
+        }
+
+        let ((bind_groups, steps), err) = gpu
+            .capture(|| {
+                let mut bind_groups = Vec::new();
+                let mut group_of: HashMap<(usize, &[u32]), usize> = HashMap::new();
+                let mut steps = Vec::new();
+                for (d, &offset) in artifact.dispatches.iter().zip(&plan.param_offsets) {
+                    if d.workgroups.contains(&0) {
+                        continue;
+                    }
+                    let k = d.kernel as usize;
+                    let block = plan.block_bytes[k];
+                    let layout = layout_of[&(artifact.kernels[k].arena_bindings, block)];
+                    let group = *group_of.entry((layout, &d.arenas)).or_insert_with(|| {
+                        let mut entries = vec![wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &params,
+                                offset: 0,
+                                size: NonZeroU64::new(block),
+                            }),
+                        }];
+                        for (i, &a) in d.arenas.iter().enumerate() {
+                            entries.push(wgpu::BindGroupEntry {
+                                binding: i as u32 + 1,
+                                resource: arenas[a as usize].as_entire_binding(),
+                            });
+                        }
+                        bind_groups.push(device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: None,
+                            layout: &layouts[layout].0,
+                            entries: &entries,
+                        }));
+                        bind_groups.len() - 1
+                    });
+                    steps.push(Step {
+                        pipeline: kernel_pipeline[k],
+                        bind_group: group,
+                        param_offset: offset as u32,
+                        workgroups: d.workgroups,
+                    });
+                }
+                (bind_groups, steps)
+            })
+            .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "creating bind groups",
+                message,
+            });
+        }
+
+        let report = LoadReport {
+            adapter: gpu.describe(),
+            kernels: artifact.kernels.len(),
+            pipelines: pipelines.len(),
+            bind_group_layouts: layouts.len(),
+            bind_groups: bind_groups.len(),
+            dispatches: steps.len(),
+            arena_bytes: arenas.iter().map(wgpu::Buffer::size).sum(),
+            uniform_bytes: params.size(),
+            unbounded_loop_kernels: unbounded,
+        };
+        Ok(Session {
+            gpu,
+            artifact,
+            plan,
+            arenas,
+            steps,
+            pipelines,
+            bind_groups,
+            upload,
+            readback,
+            scratch,
+            report,
+        })
+    }
+
+    /// The manifest: graph name, kernels, dispatches, tensor slots (without the blob).
+    pub fn artifact(&self) -> &Artifact {
+        &self.artifact
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// Input slots in manifest order.
+    pub fn inputs(&self) -> impl Iterator<Item = &TensorSlot> {
+        self.artifact.slots(Role::Input)
+    }
+
+    /// Output slots in manifest order.
+    pub fn outputs(&self) -> impl Iterator<Item = &TensorSlot> {
+        self.artifact.slots(Role::Output)
+    }
+
+    /// Runs the graph once.
+    pub async fn run_async(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+    ) -> Result<Outputs, RuntimeError> {
+        self.run_steps_async(1, inputs).await
+    }
+
+    /// Runs the graph `steps` times with the same inputs (params and states carry over from step
+    /// to step); reads the outputs of the last step only.
+    pub async fn run_steps_async(
+        &mut self,
+        steps: u32,
+        inputs: &[(&str, &HostTensor)],
+    ) -> Result<Outputs, RuntimeError> {
+        if steps == 0 {
+            return Err(RuntimeError::ZeroSteps);
+        }
+        let packed = self.pack_inputs(inputs)?;
+        let ((), err) =
+            self.gpu
+                .capture(|| {
+                    if let Some(upload) = &self.upload {
+                        self.gpu.queue.write_buffer(upload, 0, &packed);
+                    }
+                    // One submission per step bounds the memory of recorded commands for long
+                    // `--steps` runs; nothing waits between them.
+                    for step in 1..=steps {
+                        let mut encoder = self.gpu.device.create_command_encoder(
+                            &wgpu::CommandEncoderDescriptor {
+                                label: Some("sinter step"),
+                            },
+                        );
+                        self.record(&mut encoder, step == steps);
+                        self.gpu.queue.submit([encoder.finish()]);
+                    }
+                })
+                .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "running the graph",
+                message,
+            });
+        }
+        let bytes = match &self.readback {
+            Some(buffer) => read_buffer(&self.gpu, buffer, self.plan.outputs.bytes).await?,
+            None => {
+                wait_idle(&self.gpu)?;
+                Vec::new()
+            }
+        };
+        Ok(Outputs {
+            tensors: self.unpack(&self.plan.outputs, &bytes)?,
+        })
+    }
+
+    /// Checks the inputs against the manifest and packs them as the upload buffer holds them.
+    fn pack_inputs(&self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<u8>, RuntimeError> {
+        let mut given: HashMap<&str, &HostTensor> = HashMap::new();
+        for &(name, t) in inputs {
+            let slot = self.artifact.tensors.iter().find(|s| s.name == name);
+            if slot.is_none_or(|s| s.role != Role::Input) {
+                return Err(RuntimeError::UnknownInput {
+                    name: name.to_string(),
+                    role: slot.map(|s| s.role),
+                    inputs: self.inputs().map(|s| s.name.clone()).collect(),
+                });
+            }
+            if given.insert(name, t).is_some() {
+                return Err(RuntimeError::DuplicateInput {
+                    name: name.to_string(),
+                });
+            }
+        }
+        let mut packed = vec![0u8; self.plan.inputs.bytes as usize];
+        for &(i, offset) in &self.plan.inputs.slots {
+            let slot = &self.artifact.tensors[i];
+            let Some(t) = given.get(slot.name.as_str()) else {
+                return Err(RuntimeError::MissingInput {
+                    name: slot.name.clone(),
+                    expected: slot.ty.clone(),
+                });
+            };
+            check_tensor(&slot.name, t)?;
+            if t.ty() != slot.ty {
+                return Err(RuntimeError::InputType {
+                    name: slot.name.clone(),
+                    expected: slot.ty.clone(),
+                    actual: t.ty(),
+                });
+            }
+            let bytes = le_bytes(&t.data);
+            packed[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(packed)
+    }
+
+    /// Records one step: inputs into the arena, every dispatch, outputs (on the last step), then
+    /// the assign copies.
+    fn record(&self, encoder: &mut wgpu::CommandEncoder, read_outputs: bool) {
+        let copy = |encoder: &mut wgpu::CommandEncoder, from, from_off, to, to_off, n| {
+            if n > 0 {
+                encoder.copy_buffer_to_buffer(from, from_off, to, to_off, n);
+            }
+        };
+        if let Some(upload) = &self.upload {
+            for &(i, offset) in &self.plan.inputs.slots {
+                let t = &self.artifact.tensors[i];
+                let arena = &self.arenas[t.arena as usize];
+                copy(encoder, upload, offset, arena, t.offset, t.size_bytes());
+            }
+        }
+        if !self.steps.is_empty() {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("sinter dispatches"),
+                timestamp_writes: None,
+            });
+            let mut current = usize::MAX;
+            for s in &self.steps {
+                if s.pipeline != current {
+                    pass.set_pipeline(&self.pipelines[s.pipeline]);
+                    current = s.pipeline;
+                }
+                pass.set_bind_group(0, &self.bind_groups[s.bind_group], &[s.param_offset]);
+                let [x, y, z] = s.workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
+        if let (true, Some(readback)) = (read_outputs, &self.readback) {
+            for &(i, offset) in &self.plan.outputs.slots {
+                let t = &self.artifact.tensors[i];
+                let arena = &self.arenas[t.arena as usize];
+                copy(encoder, arena, t.offset, readback, offset, t.size_bytes());
+            }
+        }
+        let assigns = &self.artifact.assigns;
+        match &self.scratch {
+            Some(scratch) => {
+                let mut at = 0;
+                for a in assigns {
+                    let source = &self.arenas[a.source_arena as usize];
+                    copy(encoder, source, a.source_offset, scratch, at, a.bytes);
+                    at += a.bytes;
+                }
+                at = 0;
+                for a in assigns {
+                    let target = &self.arenas[a.target_arena as usize];
+                    copy(encoder, scratch, at, target, a.target_offset, a.bytes);
+                    at += a.bytes;
+                }
+            }
+            None => {
+                for a in assigns {
+                    let source = &self.arenas[a.source_arena as usize];
+                    let target = &self.arenas[a.target_arena as usize];
+                    copy(
+                        encoder,
+                        source,
+                        a.source_offset,
+                        target,
+                        a.target_offset,
+                        a.bytes,
+                    );
+                }
+            }
+        }
+    }
+
+    fn unpack(
+        &self,
+        packing: &Packing,
+        bytes: &[u8],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        packing
+            .slots
+            .iter()
+            .map(|&(i, offset)| {
+                let t = &self.artifact.tensors[i];
+                let range = offset as usize..(offset + t.size_bytes()) as usize;
+                Ok((
+                    t.name.clone(),
+                    HostTensor::from_le_bytes(&t.ty, &bytes[range])?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Reads tensor slots (packed as `packing` says) straight from the arenas.
+    async fn read_slots(
+        &self,
+        packing: &Packing,
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let (buffer, err) = self
+            .gpu
+            .capture(|| {
+                let buffer = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("weights readback"),
+                    size: buffer_size(packing.bytes),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                let mut encoder =
+                    self.gpu
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("sinter read weights"),
+                        });
+                for &(i, offset) in &packing.slots {
+                    let t = &self.artifact.tensors[i];
+                    let n = t.size_bytes();
+                    if n > 0 {
+                        let arena = &self.arenas[t.arena as usize];
+                        encoder.copy_buffer_to_buffer(arena, t.offset, &buffer, offset, n);
+                    }
+                }
+                self.gpu.queue.submit([encoder.finish()]);
+                buffer
+            })
+            .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "reading weights",
+                message,
+            });
+        }
+        let bytes = read_buffer(&self.gpu, &buffer, packing.bytes).await?;
+        self.unpack(packing, &bytes)
+    }
+
+    /// The current value of one param or state.
+    pub async fn read_persistent_async(&self, name: &str) -> Result<HostTensor, RuntimeError> {
+        let i = self.persistent_slot(name)?;
+        let packing = Packing {
+            slots: vec![(i, 0)],
+            bytes: self.artifact.tensors[i].size_bytes(),
+        };
+        let mut read = self.read_slots(&packing).await?;
+        Ok(read.remove(0).1)
+    }
+
+    /// Every param and state with its current value, in manifest order.
+    pub async fn weights_async(&self) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        self.read_slots(&self.plan.persistent).await
+    }
+
+    /// Overwrites params and states by name. All are checked before any is written: an unknown
+    /// name, a wrong dtype or shape is an error and changes nothing. Slots not named keep their
+    /// values.
+    pub fn load_weights(&mut self, weights: &[(String, HostTensor)]) -> Result<(), RuntimeError> {
+        let mut writes = Vec::with_capacity(weights.len());
+        for (name, t) in weights {
+            let i = self.persistent_slot(name)?;
+            let slot = &self.artifact.tensors[i];
+            check_tensor(name, t)?;
+            if t.ty() != slot.ty {
+                return Err(RuntimeError::WeightType {
+                    name: name.clone(),
+                    expected: slot.ty.clone(),
+                    actual: t.ty(),
+                });
+            }
+            writes.push((slot, t));
+        }
+        for (slot, t) in writes {
+            let bytes = le_bytes(&t.data);
+            if !bytes.is_empty() {
+                let arena = &self.arenas[slot.arena as usize];
+                self.gpu.queue.write_buffer(arena, slot.offset, &bytes);
+            }
+        }
+        match self.gpu.take_uncaptured() {
+            Some(message) => Err(RuntimeError::Gpu {
+                during: "loading weights",
+                message,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn persistent_slot(&self, name: &str) -> Result<usize, RuntimeError> {
+        let found = self.artifact.tensors.iter().position(|s| s.name == name);
+        match found.map(|i| (i, self.artifact.tensors[i].role)) {
+            Some((i, Role::Param | Role::State)) => Ok(i),
+            other => Err(RuntimeError::UnknownWeight {
+                name: name.to_string(),
+                role: other.map(|(_, r)| r),
+            }),
+        }
+    }
+}
+
+/// A tensor whose data does not fill its shape (the fields of [`HostTensor`] are public).
+fn check_tensor(name: &str, t: &HostTensor) -> Result<(), RuntimeError> {
+    let expected = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if expected != Some(t.data.len()) {
+        return Err(RuntimeError::MalformedTensor {
+            name: name.to_string(),
+            shape: t.shape.clone(),
+            expected: expected.unwrap_or(usize::MAX),
+            len: t.data.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The elements as little-endian bytes, without a copy on little-endian hosts.
+fn le_bytes(data: &TensorData) -> Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        match data {
+            TensorData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        }
+    } else {
+        Cow::Owned(match data {
+            TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        })
+    }
+}
+
+fn create_layout(
+    device: &wgpu::Device,
+    (arena_bindings, block): LayoutKey,
+) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+    let storage = |binding| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only: false },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: true,
+            min_binding_size: NonZeroU64::new(block),
+        },
+        count: None,
+    }];
+    entries.extend((1..=arena_bindings).map(storage));
+    let label = format!("{arena_bindings} arenas, {block}-byte params");
+    let bind = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(&label),
+        entries: &entries,
+    });
+    let pipeline = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(&label),
+        bind_group_layouts: &[Some(&bind)],
+        immediate_size: 0,
+    });
+    (bind, pipeline)
+}
+
+fn create_pipeline(
+    device: &wgpu::Device,
+    kernel: &sinter_ir::artifact::Kernel,
+    layout: &wgpu::PipelineLayout,
+) -> wgpu::ComputePipeline {
+    let desc = wgpu::ShaderModuleDescriptor {
+        label: Some(&kernel.name),
+        source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(&kernel.wgsl)),
+    };
+    let module = if kernel.loops_bounded {
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        // SAFETY: the compiler sets `loops_bounded` only for kernels whose every loop has a trip
+        // count bounded by param-block values, so no loop runs forever; bounds checks stay on,
+        // so no access leaves its binding. (Loading an artifact means trusting its producer, as
+        // running a binary does.)
+        unsafe { device.create_shader_module_trusted(desc, checks) }
+    } else {
+        device.create_shader_module(desc)
+    };
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&kernel.name),
+        layout: Some(layout),
+        module: &module,
+        entry_point: Some(&kernel.entry_point),
+        compilation_options: wgpu::PipelineCompilationOptions::default(),
+        cache: None,
+    })
+}

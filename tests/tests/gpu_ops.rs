@@ -1,0 +1,322 @@
+//! Every op on the GPU against the reference interpreter, on random non-zero inputs.
+//! Tolerances are relative to the largest |reference| value (see `relative_error`); each case
+//! states its own.
+
+use sinter_tests::check_gpu;
+
+/// f32 arithmetic the GPU does differently only by rounding.
+const EXACTISH: f64 = 1e-6;
+/// Transcendentals (GPU exp/log/sin/tanh are a few ulp off) and short reductions.
+const TRANSCENDENTAL: f64 = 2e-5;
+/// Long dot products and reductions accumulated in f32.
+const REDUCTION: f64 = 1e-4;
+
+fn unary_program(op: &str, shape: &str, transform: &str) -> String {
+    format!("graph t {{\n  input x: f32[{shape}]\n  y = {op}({transform})\n  output y\n}}\n")
+}
+
+#[test]
+fn unary_ops() {
+    let cases: &[(&str, &str, f64)] = &[
+        ("neg", "x", EXACTISH),
+        ("abs", "x", EXACTISH),
+        ("exp", "x", TRANSCENDENTAL),
+        ("log", "abs(x)", TRANSCENDENTAL),
+        ("sqrt", "abs(x)", TRANSCENDENTAL),
+        ("rsqrt", "abs(x)", TRANSCENDENTAL),
+        ("reciprocal", "x", TRANSCENDENTAL),
+        ("square", "x", EXACTISH),
+        ("relu", "x", EXACTISH),
+        ("sigmoid", "x", TRANSCENDENTAL),
+        ("tanh", "x", TRANSCENDENTAL),
+        ("silu", "x", TRANSCENDENTAL),
+        ("sin", "x", TRANSCENDENTAL),
+        ("cos", "x", TRANSCENDENTAL),
+        ("gelu", "x", TRANSCENDENTAL),
+    ];
+    for &(op, arg, tol) in cases {
+        for shape in ["1", "7, 13", "3, 1, 300"] {
+            check_gpu(&unary_program(op, shape, arg), tol, &[], 1);
+        }
+    }
+    let tanh_gelu = "graph t {\n  input x: f32[5, 11]\n  y = gelu(mul(x, 3), approximate=\"tanh\")\n  output y\n}\n";
+    check_gpu(tanh_gelu, TRANSCENDENTAL, &[], 1);
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let ops = ["add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "le", "gt", "ge"];
+    let shapes = [("7, 13", "7, 13"), ("3, 1", "1, 4"), ("2, 5, 3", "3"), ("1", "6, 1"), ("", "2, 3")];
+    for op in ops {
+        for (sa, sb) in shapes {
+            let src = format!(
+                "graph t {{\n  input a: f32[{sa}]\n  input b: f32[{sb}]\n  y = {op}(a, b)\n  output y\n}}\n"
+            );
+            check_gpu(&src, EXACTISH, &[], 1);
+        }
+    }
+    // Comparisons see equal values too; literals broadcast as scalars.
+    let eq = "graph t {\n  input a: f32[4, 5]\n  y = eq(a, transpose(broadcast_to(slice(a, axis=1, start=0, end=4), shape=[4, 4]), dim0=0, dim1=1))\n  z = add(mul(a, 0.5), -1.25)\n  output y, z\n}\n";
+    let _ = eq;
+    let lit = "graph t {\n  input a: f32[4, 5]\n  z = add(mul(a, 0.5), -1.25)\n  output z\n}\n";
+    check_gpu(lit, EXACTISH, &[], 1);
+}
+
+#[test]
+fn pow_and_where() {
+    let src = "graph t {
+  input a: f32[6, 7]
+  input b: f32[7]
+  p = pow(abs(a), b)
+  q = pow(a, 3)
+  r = pow(a, 2)
+  w = where(gt(a, 0), a, b)
+  output p, q, r, w
+}
+";
+    check_gpu(src, TRANSCENDENTAL, &[], 1);
+}
+
+#[test]
+fn integer_values_and_casts() {
+    let src = "graph t {
+  input ids: i32[3, 5]
+  input x: f32[3, 5]
+  f = cast(ids, dtype=\"f32\")
+  i = cast(mul(x, 3), dtype=\"i32\")
+  e = eq(ids, cast(f, dtype=\"i32\"))
+  s = where(ids, x, neg(x))
+  t = transpose(ids, dim0=0, dim1=1)
+  output f, i, e, s, t
+}
+";
+    check_gpu(src, EXACTISH, &[], 9);
+}
+
+#[test]
+fn reductions() {
+    for op in ["sum", "mean", "max", "min", "logsumexp"] {
+        for (shape, attrs) in [
+            ("7, 13", ""),
+            ("7, 13", ", axes=[1]"),
+            ("7, 13", ", axes=[0], keepdim=true"),
+            ("3, 5, 2, 4", ", axes=[-1, 1]"),
+            ("2, 3, 1000", ", axes=[2]"),
+            ("1", ""),
+            ("5, 1, 3", ", axes=[1]"),
+        ] {
+            let src = format!("graph t {{\n  input x: f32[{shape}]\n  y = {op}(x{attrs})\n  output y\n}}\n");
+            check_gpu(&src, REDUCTION, &[], 1);
+        }
+    }
+    let argmax = "graph t {\n  input x: f32[6, 37]\n  a = argmax(x, axis=1)\n  b = argmax(x, axis=0, keepdim=true)\n  output a, b\n}\n";
+    check_gpu(argmax, 0.0, &[], 1);
+}
+
+#[test]
+fn views_cost_no_kernels_and_read_right() {
+    let src = "graph t {
+  input x: f32[4, 6, 5]
+  a = permute(x, perm=[2, 0, 1])
+  b = slice(a, axis=2, start=1, end=6, step=2)
+  c = unsqueeze(b, axis=0)
+  d = squeeze(c, axis=0)
+  e = broadcast_to(slice(x, axis=0, start=3, end=4), shape=[3, 6, 5])
+  f = reshape(x, shape=[24, 5])
+  g = reshape(permute(x, perm=[1, 0, 2]), shape=[6, 20])
+  h = add(d, 1.5)
+  k = transpose(x, dim0=0, dim1=-1)
+  output h, e, f, g, k, d
+}
+";
+    check_gpu(src, EXACTISH, &[], 1);
+}
+
+#[test]
+fn concat_and_cast_layouts() {
+    let src = "graph t {
+  input a: f32[3, 2]
+  input b: f32[3, 5]
+  input c: f32[3, 1]
+  y = concat(a, b, c, axis=1)
+  z = concat(transpose(a, dim0=0, dim1=1), transpose(c, dim0=0, dim1=1), axis=0)
+  output y, z
+}
+";
+    check_gpu(src, EXACTISH, &[], 1);
+}
+
+#[test]
+fn matmul_shapes() {
+    for (sa, sb) in [
+        ("13", "13"),
+        ("5, 13", "13"),
+        ("13", "13, 7"),
+        ("1, 1", "1, 1"),
+        ("17, 31", "31, 23"),
+        ("65, 130", "130, 67"),
+        ("257, 129", "129, 300"),
+        ("2, 3, 9, 11", "11, 5"),
+        ("3, 1, 9, 11", "4, 11, 5"),
+    ] {
+        let src = format!("graph t {{\n  input a: f32[{sa}]\n  input b: f32[{sb}]\n  y = matmul(a, b)\n  output y\n}}\n");
+        check_gpu(&src, REDUCTION, &[], 1);
+    }
+    // Transposed operands are read through strides.
+    let t = "graph t {\n  input a: f32[70, 33]\n  input b: f32[65, 33]\n  y = matmul(transpose(a, dim0=0, dim1=1), a)\n  z = matmul(a, transpose(b, dim0=0, dim1=1))\n  output y, z\n}\n";
+    check_gpu(t, REDUCTION, &[], 1);
+}
+
+#[test]
+fn softmax_and_norms() {
+    let src = "graph t {
+  input x: f32[5, 7, 33]
+  input g: f32[33]
+  input b: f32[33]
+  s = softmax(x)
+  s0 = softmax(x, axis=0)
+  l = log_softmax(x, axis=1)
+  n = layer_norm(x, g, b)
+  r = rms_norm(x, g, eps=0.001)
+  output s, s0, l, n, r
+}
+";
+    check_gpu(src, TRANSCENDENTAL, &[], 1);
+    let gn = "graph t {
+  input x: f32[2, 6, 5, 3]
+  input g: f32[6]
+  input b: f32[6]
+  y = group_norm(x, g, b, groups=3)
+  z = group_norm(x, g, b, groups=1)
+  output y, z
+}
+";
+    check_gpu(gn, TRANSCENDENTAL, &[], 1);
+}
+
+#[test]
+fn conv_and_pool() {
+    let src = "graph t {
+  input x: f32[2, 4, 11, 9]
+  input w: f32[6, 2, 3, 3]
+  input b: f32[6]
+  y = conv2d(x, w, b, stride=[2, 1], padding=[1, 2], dilation=[1, 2], groups=2)
+  m = max_pool2d(x, kernel=[3, 2], stride=[2, 2], padding=[1, 1])
+  a = avg_pool2d(x, kernel=[2, 3], padding=[1, 1])
+  output y, m, a
+}
+";
+    check_gpu(src, REDUCTION, &[], 1);
+    let plain = "graph t {\n  input x: f32[1, 3, 7, 7]\n  input w: f32[5, 3, 1, 1]\n  y = conv2d(x, w)\n  output y\n}\n";
+    check_gpu(plain, REDUCTION, &[], 1);
+}
+
+#[test]
+fn embedding_and_losses() {
+    let src = "graph t {
+  input table: f32[11, 6]
+  input ids: i32[3, 4]
+  input logits: f32[7, 11]
+  input labels: i32[7]
+  input a: f32[4, 5]
+  input b: f32[4, 5]
+  e = embedding(table, ids)
+  ce = cross_entropy(logits, labels)
+  cs = cross_entropy(logits, labels, reduction=\"sum\")
+  cn = cross_entropy(logits, labels, reduction=\"none\")
+  m = mse_loss(a, b)
+  ms = mse_loss(a, b, reduction=\"sum\")
+  mn = mse_loss(a, b, reduction=\"none\")
+  output e, ce, cs, cn, m, ms, mn
+}
+";
+    check_gpu(src, TRANSCENDENTAL, &[], 11);
+}
+
+#[test]
+fn attention_every_mask_kind() {
+    let cases = [
+        "",
+        ", causal=true",
+        ", window=3",
+        ", causal=true, window=2",
+        ", m, mask_kind=\"additive\"",
+        ", keep",
+    ];
+    for extra in cases {
+        let src = format!(
+            "graph t {{
+  input q: f32[2, 3, 9, 8]
+  input k: f32[2, 3, 9, 8]
+  input v: f32[2, 3, 9, 5]
+  input m: f32[1, 1, 9, 9]
+  input keep: f32[2, 1, 1, 9]
+  y = attention(q, k, v{extra})
+  output y
+}}
+"
+        );
+        check_gpu(&src, TRANSCENDENTAL, &[], 1);
+    }
+}
+
+#[test]
+fn optimizers() {
+    let src = "graph t {
+  input g: f32[5, 3]
+  input t: f32[]
+  param w: f32[5, 3] = normal(std=0.5, seed=3)
+  state m: f32[5, 3] = full(0.1)
+  state v: f32[5, 3] = full(0.2)
+  state buf: f32[5, 3] = ones
+  w1 = sgd(w, g, lr=0.1, weight_decay=0.01)
+  w2, b2 = sgd(w, g, buf, lr=0.1, momentum=0.9, nesterov=true)
+  w3, m3, v3 = adam(w, g, m, v, t, lr=0.01, weight_decay=0.1)
+  w4, m4, v4 = adamw(w, g, m, v, t)
+  output w1, w2, b2, w3, m3, v3, w4, m4, v4
+}
+";
+    let t = sinter_ir::interp::Tensor::scalar(3.0);
+    check_gpu(src, TRANSCENDENTAL, &[("t", t)], 1);
+}
+
+#[test]
+fn plans_split_over_several_arenas_under_a_low_binding_limit() {
+    let src = "graph t {
+  input x: f32[64, 64]
+  param w: f32[64, 64] = normal(std=0.1, seed=1)
+  h = relu(matmul(x, w))
+  y = softmax(matmul(h, w))
+  output y
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    // Each tensor is 16 KiB: a 40 KiB limit fits at most two per arena.
+    let options = sinter_compiler::Options { max_binding_size: 40 << 10, ..Default::default() };
+    let compiled = sinter_compiler::compile(&graph, &options).expect("compiles");
+    assert!(compiled.artifact.arenas.len() >= 2, "{} arenas", compiled.artifact.arenas.len());
+    assert!(compiled.artifact.kernels.iter().any(|k| k.arena_bindings >= 2));
+    sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+}
+
+#[test]
+fn backward_primitives() {
+    let src = "graph t {
+  input x: f32[2, 4, 9, 8]
+  input w: f32[6, 2, 3, 3]
+  input dy: f32[2, 6, 5, 4]
+  input pdy: f32[2, 4, 5, 5]
+  input table_dy: f32[3, 5, 7]
+  input ids: i32[3, 5]
+  input sdy: f32[2, 4, 3, 8]
+  gx = conv2d_grad_input(dy, w, input_shape=[2, 4, 9, 8], stride=[2, 2], padding=[1, 2], dilation=[1, 2], groups=2)
+  gw = conv2d_grad_weight(x, dy, weight_shape=[6, 2, 3, 3], stride=[2, 2], padding=[1, 2], dilation=[1, 2], groups=2)
+  mp = max_pool2d_grad(x, pdy, kernel=[3, 2], stride=[2, 2], padding=[1, 1])
+  ap = avg_pool2d_grad(pdy, input_shape=[2, 4, 9, 8], kernel=[3, 2], stride=[2, 2], padding=[1, 1])
+  eg = embedding_grad(table_dy, ids, num_embeddings=6)
+  sg = slice_grad(sdy, shape=[2, 4, 9, 8], axis=2, start=1, end=9, step=3)
+  output gx, gw, mp, ap, eg, sg
+}
+";
+    check_gpu(src, REDUCTION, &[], 6);
+}

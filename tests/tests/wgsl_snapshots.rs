@@ -1,0 +1,40 @@
+//! The emitted WGSL of every bundled example, committed under `snapshots/wgsl/` and reviewed
+//! like code. Refresh with `INSTA_UPDATE=always cargo test -p sinter-tests --test wgsl_snapshots`
+//! and read the diff.
+
+use std::fmt::Write;
+
+fn snapshot(name: &str, text: &str) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots/wgsl"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| insta::assert_snapshot!(name, text));
+}
+
+fn check(example: &str) {
+    let path = format!("{}/../ir-spec/examples/{example}.sir", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).expect("example exists");
+    let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&path, &src)));
+    let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default()).expect("compiles").artifact;
+    let mut text = String::new();
+    writeln!(text, "{} kernels, {} dispatches", artifact.kernels.len(), artifact.dispatches.len()).unwrap();
+    for k in &artifact.kernels {
+        writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+    }
+    snapshot(example, &text);
+}
+
+#[test]
+fn mlp() {
+    check("mlp");
+}
+
+#[test]
+fn transformer() {
+    check("transformer");
+}
+
+#[test]
+fn cnn() {
+    check("cnn");
+}

@@ -1,0 +1,63 @@
+//! [`CliError`]: every way a command fails, with the exit code it maps to.
+
+use std::path::PathBuf;
+
+use sinter_compiler::autodiff::AutodiffError;
+use sinter_ir::interp::EvalError;
+use sinter_runtime::io::IoError;
+
+/// Exit code when the program (the `.sir` file) is wrong.
+pub const EXIT_PROGRAM: u8 = 1;
+/// Exit code when run-time inputs, files or arguments are wrong.
+pub const EXIT_INPUT: u8 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The program does not parse or verify; `rendered` holds the diagnostics with source
+    /// snippets, ready to print.
+    #[error("{rendered}")]
+    Program { rendered: String },
+    #[error("cannot read {}: {source}", path.display())]
+    ReadSource {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create the output directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    TensorFile(#[from] IoError),
+    /// A bad `--input` or `--weights` tensor: unknown, duplicate, missing or mistyped.
+    #[error("{0}")]
+    Feed(String),
+    #[error("evaluation failed: {0}")]
+    Eval(#[from] EvalError),
+    #[error("autodiff failed: {0}")]
+    Autodiff(#[from] AutodiffError),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Program { .. } | CliError::Autodiff(_) => EXIT_PROGRAM,
+            // The interpreter cannot run ops that a compiler pass must rewrite first (`grad`), nor
+            // an ill-typed node: both are properties of the program.
+            CliError::Eval(EvalError::NeedsPass { .. } | EvalError::Type { .. }) => EXIT_PROGRAM,
+            CliError::ReadSource { .. }
+            | CliError::CreateDir { .. }
+            | CliError::TensorFile(_)
+            | CliError::Feed(_)
+            | CliError::Eval(_) => EXIT_INPUT,
+        }
+    }
+
+    /// Prints the error to stderr: diagnostics as rendered, anything else after `error: `.
+    pub fn report(&self) {
+        match self {
+            CliError::Program { rendered } => eprint!("{rendered}"),
+            other => eprintln!("error: {other}"),
+        }
+    }
+}
