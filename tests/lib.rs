@@ -57,7 +57,12 @@ pub fn random_tensor(rng: &mut Rng, ty: &TensorType, int_bound: u64) -> Tensor {
 }
 
 /// Random values for every input of `g`; `overrides` replaces some by name.
-pub fn random_inputs(g: &Graph, seed: u64, int_bound: u64, overrides: &[(&str, Tensor)]) -> HashMap<String, Tensor> {
+pub fn random_inputs(
+    g: &Graph,
+    seed: u64,
+    int_bound: u64,
+    overrides: &[(&str, Tensor)],
+) -> HashMap<String, Tensor> {
     let mut rng = Rng::new(seed);
     g.inputs()
         .map(|v| {
@@ -75,11 +80,18 @@ pub fn random_inputs(g: &Graph, seed: u64, int_bound: u64, overrides: &[(&str, T
 /// when that is below 1). NaN must match NaN, infinities must match exactly.
 pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
-    let scale = want.iter().filter(|w| w.is_finite()).fold(1.0f64, |m, w| m.max(w.abs()));
+    let scale = want
+        .iter()
+        .filter(|w| w.is_finite())
+        .fold(1.0f64, |m, w| m.max(w.abs()));
     let mut worst = 0.0f64;
     for (&g, &w) in got.iter().zip(want) {
         let err = if w.is_nan() || g.is_nan() {
-            if w.is_nan() && g.is_nan() { 0.0 } else { f64::INFINITY }
+            if w.is_nan() && g.is_nan() {
+                0.0
+            } else {
+                f64::INFINITY
+            }
         } else if w.is_infinite() || g.is_infinite() {
             if g == w { 0.0 } else { f64::INFINITY }
         } else {
@@ -93,9 +105,21 @@ pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
 /// Parses `src`, evaluates it with the reference interpreter and on the GPU with the same
 /// inputs, and asserts every output agrees within `tol` (see [`relative_error`]). Returns the
 /// errors per output.
-pub fn check_gpu(src: &str, tol: f64, overrides: &[(&str, Tensor)], int_bound: u64) -> Vec<(String, f64)> {
-    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("test.sir", src)));
-    check_graph_gpu(&graph, tol, overrides, int_bound, &sinter_compiler::Options::default())
+pub fn check_gpu(
+    src: &str,
+    tol: f64,
+    overrides: &[(&str, Tensor)],
+    int_bound: u64,
+) -> Vec<(String, f64)> {
+    let graph =
+        sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("test.sir", src)));
+    check_graph_gpu(
+        &graph,
+        tol,
+        overrides,
+        int_bound,
+        &sinter_compiler::Options::default(),
+    )
 }
 
 pub fn check_graph_gpu(
@@ -107,15 +131,25 @@ pub fn check_graph_gpu(
 ) -> Vec<(String, f64)> {
     let inputs = random_inputs(graph, 7, int_bound, overrides);
     let expanded = sinter_ir::expand::expand_composites(graph);
-    let want = evaluate(&expanded, &inputs, &HashMap::new()).unwrap_or_else(|e| panic!("interpreter: {e}"));
-    let compiled = sinter_compiler::compile(graph, options).unwrap_or_else(|e| panic!("compile: {e}"));
+    let differentiated = sinter_compiler::autodiff::differentiate(&expanded)
+        .unwrap_or_else(|e| panic!("autodiff: {e}"));
+    let want = evaluate(&differentiated.graph, &inputs, &HashMap::new())
+        .unwrap_or_else(|e| panic!("interpreter: {e}"));
+    let compiled =
+        sinter_compiler::compile(graph, options).unwrap_or_else(|e| panic!("compile: {e}"));
     let mut session = Session::load(compiled.artifact).unwrap_or_else(|e| panic!("load: {e}"));
-    let host: Vec<(String, HostTensor)> = inputs.iter().map(|(n, t)| (n.clone(), HostTensor::from_interp(t))).collect();
+    let host: Vec<(String, HostTensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
+        .collect();
     let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
     let mut errors = Vec::new();
     for (name, expected) in &want.outputs {
-        let actual = got.get(name).unwrap_or_else(|| panic!("GPU run lacks output `{name}`")).to_interp();
+        let actual = got
+            .get(name)
+            .unwrap_or_else(|| panic!("GPU run lacks output `{name}`"))
+            .to_interp();
         assert_eq!(actual.ty, expected.ty, "output `{name}` type");
         let err = relative_error(&actual.data, &expected.data);
         assert!(
@@ -127,4 +161,33 @@ pub fn check_graph_gpu(
         errors.push((name.clone(), err));
     }
     errors
+}
+
+/// The source of a bundled example (`ir-spec/examples/NAME.sir`).
+pub fn example_source(name: &str) -> String {
+    let path = format!(
+        "{}/../ir-spec/examples/{name}.sir",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `src` with one more statement computing the gradient of `loss` with respect to every
+/// param (named `d_PARAM`), and those gradients as outputs.
+pub fn with_param_grads(src: &str) -> String {
+    let graph =
+        sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("example", src)));
+    let params: Vec<String> = graph
+        .params()
+        .map(|p| graph.name_of(p).to_string())
+        .collect();
+    let grads: Vec<String> = params.iter().map(|p| format!("d_{p}")).collect();
+    let close = src.rfind('}').expect("closing brace");
+    format!(
+        "{}  {} = grad(loss, {})\n  output {}\n}}\n",
+        &src[..close],
+        grads.join(", "),
+        params.join(", "),
+        grads.join(", ")
+    )
 }

@@ -76,6 +76,9 @@ pub struct Compiled {
     pub artifact: Artifact,
     /// `(pass, text)` for every pass asked for in [`Options::dump_after`].
     pub dumps: Vec<(Pass, String)>,
+    /// Things worth telling the user that do not stop compilation (e.g. a gradient that is
+    /// zero because the loss does not depend on its operand).
+    pub warnings: Vec<String>,
 }
 
 /// The whole pipeline, pass by pass.
@@ -88,14 +91,15 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileErro
     };
     let graph = sinter_ir::expand::expand_composites(graph);
     dump(Pass::Expand, &|| sinter_ir::text::print(&graph));
-    let graph = autodiff::differentiate(&graph)?.graph;
+    let differentiated = autodiff::differentiate(&graph)?;
+    let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
     let sched = schedule::lower(&graph)?;
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let artifact = pack(&graph, &sched, &mem)?;
-    Ok(Compiled { artifact, dumps })
+    Ok(Compiled { artifact, dumps, warnings })
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.

@@ -606,6 +606,7 @@ impl Cx<'_> {
             }
             MaxPool2dGrad => {
                 self.expect_dtype(0, DType::F32)?;
+                self.expect_dtype(1, DType::F32)?;
                 self.expect_rank(0, 4, "[N, C, H, W]")?;
                 let x = self.input(0).shape.clone();
                 let forward = self.pool_output(&x)?;

@@ -433,3 +433,76 @@ fn slice_grad_places_dy_where_slice_reads() {
         assert_adjoint(dot(&y, &dy), dot(&x, &dx), &what);
     }
 }
+
+#[test]
+fn shape_rules_reject_mismatched_operands() {
+    use sinter_ir::infer::infer;
+    use sinter_ir::{DType, TensorType};
+    let f32 = |s: &[usize]| TensorType::f32(s.to_vec());
+    let pool = Attrs::new()
+        .with("kernel", Attr::Int(2))
+        .with("stride", Attr::Int(2));
+    let bad: Vec<(Op, Vec<TensorType>, Attrs)> = vec![
+        // dy must be f32 and of the pooled shape
+        (
+            Op::MaxPool2dGrad,
+            vec![f32(&[1, 1, 4, 4]), TensorType::i32(vec![1, 1, 2, 2])],
+            pool.clone(),
+        ),
+        (
+            Op::MaxPool2dGrad,
+            vec![f32(&[1, 1, 4, 4]), f32(&[1, 1, 3, 3])],
+            pool.clone(),
+        ),
+        (
+            Op::AvgPool2dGrad,
+            vec![f32(&[1, 1, 3, 2])],
+            pool.clone().with("input_shape", ints(&[1, 1, 4, 4])),
+        ),
+        // dy must be the conv2d output for input_shape and w
+        (
+            Op::Conv2dGradInput,
+            vec![f32(&[1, 2, 3, 3]), f32(&[2, 1, 2, 2])],
+            Attrs::new().with("input_shape", ints(&[1, 1, 5, 5])),
+        ),
+        // channels must fit groups
+        (
+            Op::Conv2dGradWeight,
+            vec![f32(&[1, 3, 5, 5]), f32(&[1, 2, 4, 4])],
+            Attrs::new().with("weight_shape", ints(&[2, 2, 2, 2])),
+        ),
+        // dy must be ids.shape + [D]
+        (
+            Op::EmbeddingGrad,
+            vec![f32(&[3, 2]), TensorType::i32(vec![4])],
+            Attrs::new().with("num_embeddings", Attr::Int(5)),
+        ),
+        // dy must be the slice of `shape`
+        (
+            Op::SliceGrad,
+            vec![f32(&[2, 3])],
+            Attrs::new()
+                .with("shape", ints(&[2, 7]))
+                .with("axis", Attr::Int(1))
+                .with("start", Attr::Int(0))
+                .with("end", Attr::Int(7))
+                .with("step", Attr::Int(2)),
+        ),
+    ];
+    for (op, inputs, attrs) in bad {
+        let mut attrs = attrs;
+        assert!(
+            infer(op, &inputs, &mut attrs).is_err(),
+            "{} accepted {inputs:?}",
+            op.name()
+        );
+    }
+    // and the matching ones pass
+    let mut attrs = Attrs::new().with("input_shape", ints(&[1, 1, 5, 5]));
+    let out = infer(
+        Op::Conv2dGradInput,
+        &[f32(&[1, 2, 4, 4]), f32(&[2, 1, 2, 2])],
+        &mut attrs,
+    );
+    assert_eq!(out, Ok(vec![TensorType::new(DType::F32, vec![1, 1, 5, 5])]));
+}

@@ -45,8 +45,16 @@ fn unary_ops() {
 
 #[test]
 fn binary_ops_with_broadcasting() {
-    let ops = ["add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "le", "gt", "ge"];
-    let shapes = [("7, 13", "7, 13"), ("3, 1", "1, 4"), ("2, 5, 3", "3"), ("1", "6, 1"), ("", "2, 3")];
+    let ops = [
+        "add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "le", "gt", "ge",
+    ];
+    let shapes = [
+        ("7, 13", "7, 13"),
+        ("3, 1", "1, 4"),
+        ("2, 5, 3", "3"),
+        ("1", "6, 1"),
+        ("", "2, 3"),
+    ];
     for op in ops {
         for (sa, sb) in shapes {
             let src = format!(
@@ -105,7 +113,9 @@ fn reductions() {
             ("1", ""),
             ("5, 1, 3", ", axes=[1]"),
         ] {
-            let src = format!("graph t {{\n  input x: f32[{shape}]\n  y = {op}(x{attrs})\n  output y\n}}\n");
+            let src = format!(
+                "graph t {{\n  input x: f32[{shape}]\n  y = {op}(x{attrs})\n  output y\n}}\n"
+            );
             check_gpu(&src, REDUCTION, &[], 1);
         }
     }
@@ -159,7 +169,9 @@ fn matmul_shapes() {
         ("2, 3, 9, 11", "11, 5"),
         ("3, 1, 9, 11", "4, 11, 5"),
     ] {
-        let src = format!("graph t {{\n  input a: f32[{sa}]\n  input b: f32[{sb}]\n  y = matmul(a, b)\n  output y\n}}\n");
+        let src = format!(
+            "graph t {{\n  input a: f32[{sa}]\n  input b: f32[{sb}]\n  y = matmul(a, b)\n  output y\n}}\n"
+        );
         check_gpu(&src, REDUCTION, &[], 1);
     }
     // Transposed operands are read through strides.
@@ -292,10 +304,23 @@ fn plans_split_over_several_arenas_under_a_low_binding_limit() {
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
     // Each tensor is 16 KiB: a 40 KiB limit fits at most two per arena.
-    let options = sinter_compiler::Options { max_binding_size: 40 << 10, ..Default::default() };
+    let options = sinter_compiler::Options {
+        max_binding_size: 40 << 10,
+        ..Default::default()
+    };
     let compiled = sinter_compiler::compile(&graph, &options).expect("compiles");
-    assert!(compiled.artifact.arenas.len() >= 2, "{} arenas", compiled.artifact.arenas.len());
-    assert!(compiled.artifact.kernels.iter().any(|k| k.arena_bindings >= 2));
+    assert!(
+        compiled.artifact.arenas.len() >= 2,
+        "{} arenas",
+        compiled.artifact.arenas.len()
+    );
+    assert!(
+        compiled
+            .artifact
+            .kernels
+            .iter()
+            .any(|k| k.arena_bindings >= 2)
+    );
     sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
 }
 
@@ -319,4 +344,19 @@ fn backward_primitives() {
 }
 ";
     check_gpu(src, REDUCTION, &[], 6);
+}
+
+/// Every bundled example with the gradient of its loss with respect to every param: the whole
+/// backward pass on the GPU against the interpreter.
+#[test]
+fn example_gradients() {
+    for name in ["mlp", "cnn", "transformer"] {
+        let src = sinter_tests::with_param_grads(&sinter_tests::example_source(name));
+        // i32 inputs (labels, token ids) get values below 10, the smallest class count.
+        let errors = check_gpu(&src, REDUCTION, &[], 10);
+        assert!(
+            errors.iter().any(|(n, _)| n.starts_with("d_")),
+            "{name}: no gradients compared"
+        );
+    }
 }

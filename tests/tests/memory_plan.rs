@@ -9,7 +9,12 @@ fn examples() -> Vec<(String, String)> {
         .expect("examples folder")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "sir"))
-        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_stem().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
         .collect();
     out.sort();
     assert!(out.len() >= 3, "bundled examples missing");
@@ -19,20 +24,43 @@ fn examples() -> Vec<(String, String)> {
 #[test]
 fn peak_is_near_the_lower_bound_and_live_buffers_never_overlap() {
     for (name, src) in examples() {
-        let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&name, &src)));
-        let artifact = compile(&graph, &Options::default()).unwrap_or_else(|e| panic!("{name}: {e}")).artifact;
-        let m = &artifact.memory;
-        let ratio = m.peak_bytes as f64 / m.lower_bound_bytes as f64;
-        assert!(ratio <= 1.15, "{name}: peak {} is {ratio:.3}x the bound {}", m.peak_bytes, m.lower_bound_bytes);
-        for (i, a) in m.buffers.iter().enumerate() {
-            for b in &m.buffers[i + 1..] {
-                let live_together = a.live.0 <= b.live.1 && b.live.0 <= a.live.1;
-                let overlap = a.arena == b.arena
-                    && a.offset < b.offset + b.size_bytes
-                    && b.offset < a.offset + a.size_bytes;
-                assert!(!(live_together && overlap), "{name}: `{}` and `{}` overlap while both live", a.label, b.label);
-            }
-        }
-        println!("{name}: peak {} B, bound {} B, {ratio:.3}x", m.peak_bytes, m.lower_bound_bytes);
+        check_plan(&name, &src);
+        check_plan(
+            &format!("{name} with gradients"),
+            &sinter_tests::with_param_grads(&src),
+        );
     }
+}
+
+fn check_plan(name: &str, src: &str) {
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render(name, src)));
+    let artifact = compile(&graph, &Options::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .artifact;
+    let m = &artifact.memory;
+    let ratio = m.peak_bytes as f64 / m.lower_bound_bytes as f64;
+    assert!(
+        ratio <= 1.15,
+        "{name}: peak {} is {ratio:.3}x the bound {}",
+        m.peak_bytes,
+        m.lower_bound_bytes
+    );
+    for (i, a) in m.buffers.iter().enumerate() {
+        for b in &m.buffers[i + 1..] {
+            let live_together = a.live.0 <= b.live.1 && b.live.0 <= a.live.1;
+            let overlap = a.arena == b.arena
+                && a.offset < b.offset + b.size_bytes
+                && b.offset < a.offset + a.size_bytes;
+            assert!(
+                !(live_together && overlap),
+                "{name}: `{}` and `{}` overlap while both live",
+                a.label,
+                b.label
+            );
+        }
+    }
+    println!(
+        "{name}: peak {} B, bound {} B, {ratio:.3}x",
+        m.peak_bytes, m.lower_bound_bytes
+    );
 }

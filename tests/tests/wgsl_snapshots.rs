@@ -12,12 +12,24 @@ fn snapshot(name: &str, text: &str) {
 }
 
 fn check(example: &str) {
-    let path = format!("{}/../ir-spec/examples/{example}.sir", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../ir-spec/examples/{example}.sir",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let src = std::fs::read_to_string(&path).expect("example exists");
-    let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&path, &src)));
-    let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default()).expect("compiles").artifact;
+    let graph =
+        sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&path, &src)));
+    let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+        .expect("compiles")
+        .artifact;
     let mut text = String::new();
-    writeln!(text, "{} kernels, {} dispatches", artifact.kernels.len(), artifact.dispatches.len()).unwrap();
+    writeln!(
+        text,
+        "{} kernels, {} dispatches",
+        artifact.kernels.len(),
+        artifact.dispatches.len()
+    )
+    .unwrap();
     for k in &artifact.kernels {
         writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
     }

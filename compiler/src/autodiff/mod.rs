@@ -131,7 +131,7 @@ struct Tape {
 /// Whether a gradient flows from `node`'s result into its operand `i`: the op table's
 /// `differentiable` flag (`cast` counts, being the identity from f32 to f32), both sides f32.
 fn carries(g: &Graph, node: &Node, i: usize) -> bool {
-    let declared = node.op.spec().operand_slot(i).differentiable || node.op == Op::Cast;
+    let declared = node.op.spec().operand_slot(i).differentiable;
     let f32 = |v: ValueId| g.ty(v).dtype == DType::F32;
     declared && f32(node.inputs[i]) && node.outputs.iter().all(|&o| f32(o))
 }
