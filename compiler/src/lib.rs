@@ -99,7 +99,11 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileErro
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let artifact = pack(&graph, &sched, &mem)?;
-    Ok(Compiled { artifact, dumps, warnings })
+    Ok(Compiled {
+        artifact,
+        dumps,
+        warnings,
+    })
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.

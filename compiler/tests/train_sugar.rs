@@ -62,7 +62,11 @@ fn data(scale: f64) -> HashMap<String, Tensor> {
 }
 
 /// One run; the assigned values become the next run's params and states.
-fn step(g: &Graph, inputs: &HashMap<String, Tensor>, state: &mut HashMap<String, Tensor>) -> Evaluation {
+fn step(
+    g: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    state: &mut HashMap<String, Tensor>,
+) -> Evaluation {
     let run = evaluate(g, inputs, state).expect("evaluate");
     state.extend(run.assigned.iter().cloned());
     run
@@ -188,7 +192,12 @@ fn clip_norm_clips_large_gradients() {
     step(&plain, &inputs, &mut s_plain);
     let mut s_clip = HashMap::new();
     let run = step(&clipped, &inputs, &mut s_clip);
-    assert_close(&run.output("train.grad_norm").unwrap().data, &[norm], 1e-12, "norm");
+    assert_close(
+        &run.output("train.grad_norm").unwrap().data,
+        &[norm],
+        1e-12,
+        "norm",
+    );
 
     let delta = |s: &HashMap<String, Tensor>| -> Vec<f64> {
         let mut d: Vec<f64> = (0..3).map(|j| s["w"].data[j] - w0[j]).collect();
@@ -203,7 +212,10 @@ fn clip_norm_clips_large_gradients() {
     let expected_clip: Vec<f64> = expected_plain.iter().map(|d| d * scale).collect();
     assert_close(&d_clip, &expected_clip, 1e-10, "clipped step");
     let step_norm = d_clip.iter().map(|d| d * d).sum::<f64>().sqrt();
-    assert!((step_norm - lr).abs() < 1e-8, "clipped step norm {step_norm}");
+    assert!(
+        (step_norm - lr).abs() < 1e-8,
+        "clipped step norm {step_norm}"
+    );
 
     // A gradient already below clip_norm is left alone.
     let small = data(1.0);

@@ -691,6 +691,7 @@ impl Cx<'_> {
                 }
                 self.non_negative("lr")?;
                 self.non_negative("weight_decay")?;
+                self.positive_eps()?;
                 Ok(vec![p.clone(), p.clone(), p])
             }
         }

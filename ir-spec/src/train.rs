@@ -126,7 +126,7 @@ pub enum TrainError {
     #[error("`{name}` is already assigned, and `train` assigns every param it trains")]
     AlreadyAssigned { name: String },
     /// A name `train` generates is taken (`previous` is the value holding it, if any).
-    #[error("`train` names {purpose} `{name}`, but that name is already defined")]
+    #[error("`train` needs the name `{name}` for {purpose}, but it is already defined")]
     NameTaken {
         name: String,
         purpose: String,
@@ -172,7 +172,9 @@ pub fn is_train_name(name: &str) -> bool {
 /// The states of one param for an optimizer: name suffix and what it holds.
 fn param_states(optimizer: Optimizer, attrs: &Attrs) -> &'static [(&'static str, &'static str)] {
     match optimizer {
-        Optimizer::Adam | Optimizer::AdamW => &[("m", "the first moment"), ("v", "the second moment")],
+        Optimizer::Adam | Optimizer::AdamW => {
+            &[("m", "the first moment"), ("v", "the second moment")]
+        }
         Optimizer::Sgd if momentum(attrs) != 0.0 => &[("momentum_buf", "the momentum buffer")],
         Optimizer::Sgd => &[],
     }
@@ -273,7 +275,13 @@ fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, Tra
     let ty = g.ty(params[0]).clone();
     let operands = match spec.optimizer {
         Optimizer::Adam | Optimizer::AdamW => {
-            vec![ty.clone(), ty.clone(), ty.clone(), ty, TensorType::f32(vec![])]
+            vec![
+                ty.clone(),
+                ty.clone(),
+                ty.clone(),
+                ty,
+                TensorType::f32(vec![]),
+            ]
         }
         Optimizer::Sgd => {
             let n = 2 + param_states(spec.optimizer, &spec.attrs).len();
@@ -465,8 +473,8 @@ mod tests {
         let spec = TrainSpec::new(Optimizer::AdamW, Attrs::new());
         let step = add_training(&mut g, loss, &spec).unwrap();
         for name in [
-            "w.m", "w.v", "b.m", "b.v", STEP, "w.grad", "b.grad", STEP_NEXT, "w.next",
-            "w.m.next", "b.v.next",
+            "w.m", "w.v", "b.m", "b.v", STEP, "w.grad", "b.grad", STEP_NEXT, "w.next", "w.m.next",
+            "b.v.next",
         ] {
             assert!(g.lookup(name).is_some(), "{name}");
         }

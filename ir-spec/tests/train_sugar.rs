@@ -24,8 +24,13 @@ fn parses(src: &str) -> Graph {
 
 /// The node that computes the value named `name`.
 fn producer<'g>(g: &'g Graph, name: &str) -> &'g sinter_ir::Node {
-    let v = g.lookup(name).unwrap_or_else(|| panic!("no value `{name}`"));
-    g.node(g.producer(v).unwrap_or_else(|| panic!("`{name}` is not computed")))
+    let v = g
+        .lookup(name)
+        .unwrap_or_else(|| panic!("no value `{name}`"));
+    g.node(
+        g.producer(v)
+            .unwrap_or_else(|| panic!("`{name}` is not computed")),
+    )
 }
 
 /// `(target, source)` names of every assign.
@@ -125,11 +130,12 @@ fn sgd_expansions() {
     assert_eq!(buf.def, ValueDef::State(Init::Zeros));
     assert!(momentum.lookup("train.step").is_none());
     let upd = producer(&momentum, "b.next");
-    assert_eq!(names(&momentum, &upd.inputs), ["b", "b.grad", "b.momentum_buf"]);
-    assert!(upd.attrs.bool("nesterov"));
-    assert!(
-        assigns(&momentum).contains(&("b.momentum_buf".into(), "b.momentum_buf.next".into()))
+    assert_eq!(
+        names(&momentum, &upd.inputs),
+        ["b", "b.grad", "b.momentum_buf"]
     );
+    assert!(upd.attrs.bool("nesterov"));
+    assert!(assigns(&momentum).contains(&("b.momentum_buf".into(), "b.momentum_buf.next".into())));
 }
 
 #[test]
@@ -150,7 +156,9 @@ fn params_restricts_and_orders() {
     );
     let grad = g.nodes.iter().find(|n| n.op == Op::Grad).unwrap();
     assert_eq!(names(&g, &grad.inputs), ["loss", "later", "a"]);
-    let g = parses("graph g {\n  param a: f32[2] = ones\n  loss = sum(a)\n  train loss with sgd(lr=1)\n  param later: f32[2] = ones\n}");
+    let g = parses(
+        "graph g {\n  param a: f32[2] = ones\n  loss = sum(a)\n  train loss with sgd(lr=1)\n  param later: f32[2] = ones\n}",
+    );
     assert!(g.lookup("later.next").is_none());
 }
 
@@ -161,7 +169,10 @@ fn clipping_expansion() {
     assert_eq!(producer(&g, "train.clip_scale").op, Op::Minimum);
     let clipped = producer(&g, "w.grad.clipped");
     assert_eq!(names(&g, &clipped.inputs), ["w.grad", "train.clip_scale"]);
-    assert_eq!(g.name_of(producer(&g, "w.next").inputs[1]), "w.grad.clipped");
+    assert_eq!(
+        g.name_of(producer(&g, "w.next").inputs[1]),
+        "w.grad.clipped"
+    );
 }
 
 #[test]
@@ -169,7 +180,10 @@ fn generated_values_can_be_used_later() {
     let g = parses(&linear(
         "train loss with adamw(clip_norm=1)\n  output train.grad_norm, w.grad, train.step",
     ));
-    assert_eq!(names(&g, &g.outputs), ["train.grad_norm", "w.grad", "train.step", "loss"]);
+    assert_eq!(
+        names(&g, &g.outputs),
+        ["train.grad_norm", "w.grad", "train.step", "loss"]
+    );
 }
 
 #[test]
@@ -230,7 +244,10 @@ fn with_hand_gradients(g: &Graph) -> Graph {
         }
         let mut grads = Vec::new();
         for &p in &inputs[1..] {
-            let source = rb.old.lookup(&format!("g{}", rb.graph().name_of(p))).unwrap();
+            let source = rb
+                .old
+                .lookup(&format!("g{}", rb.graph().name_of(p)))
+                .unwrap();
             let source = rb.mapped(source);
             let one = rb.constant(1.0)?;
             grads.push(rb.add(Op::Mul, &[source, one], Attrs::new())?);
@@ -244,7 +261,10 @@ fn with_hand_gradients(g: &Graph) -> Graph {
 /// gradient inputs `gw`, `gb` fixed; returns the params and states after the last step.
 fn train(src: &str, gw: &Tensor, gb: &Tensor, steps: usize) -> HashMap<String, Tensor> {
     let g = with_hand_gradients(&parses(src));
-    let inputs = HashMap::from([("gw".to_string(), gw.clone()), ("gb".to_string(), gb.clone())]);
+    let inputs = HashMap::from([
+        ("gw".to_string(), gw.clone()),
+        ("gb".to_string(), gb.clone()),
+    ]);
     let mut persistent = HashMap::new();
     for _ in 0..steps {
         let run = evaluate(&g, &inputs, &persistent).unwrap();
@@ -341,19 +361,32 @@ fn clipping_scales_by_the_global_norm() {
             "train loss with sgd(lr=0.5, clip_norm={clip})\n  output train.grad_norm, train.clip_scale"
         ));
         let g = with_hand_gradients(&parses(&src));
-        let inputs =
-            HashMap::from([("gw".to_string(), gw.clone()), ("gb".to_string(), gb.clone())]);
+        let inputs = HashMap::from([
+            ("gw".to_string(), gw.clone()),
+            ("gb".to_string(), gb.clone()),
+        ]);
         let run = evaluate(&g, &inputs, &HashMap::new()).unwrap();
         let scale = (clip / (norm + 1e-6)).min(1.0);
-        assert_close(&run.output("train.grad_norm").unwrap().data, &[norm], "norm");
-        assert_close(&run.output("train.clip_scale").unwrap().data, &[scale], "scale");
+        assert_close(
+            &run.output("train.grad_norm").unwrap().data,
+            &[norm],
+            "norm",
+        );
+        assert_close(
+            &run.output("train.clip_scale").unwrap().data,
+            &[scale],
+            "scale",
+        );
         let w0 = initial("w");
         let expected: Vec<f64> = (0..6).map(|i| w0[i] - 0.5 * scale * gw.data[i]).collect();
         let new_w = &run.assigned.iter().find(|(n, _)| n == "w").unwrap().1;
         assert_close(&new_w.data, &expected, &format!("w with clip_norm={clip}"));
         // The clipped gradients' global norm is min(norm, clip) (up to the 1e-6).
         let clipped_norm = norm * scale;
-        assert!((clipped_norm - norm.min(clip)).abs() < 1e-5, "{clipped_norm}");
+        assert!(
+            (clipped_norm - norm.min(clip)).abs() < 1e-5,
+            "{clipped_norm}"
+        );
     }
 }
 

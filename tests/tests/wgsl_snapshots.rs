@@ -50,3 +50,20 @@ fn transformer() {
 fn cnn() {
     check("cnn");
 }
+
+/// The three matmul tile shapes (32x32 scalar, 64x64 and 128x128 with vec4 micro-tiles).
+#[test]
+fn matmul_tiles() {
+    let mut text = String::new();
+    for n in [32, 64, 512] {
+        let src = format!(
+            "graph mm {{\n  input a: f32[{n}, {n}]\n  input b: f32[{n}, {n}]\n  c = matmul(a, b)\n  output c\n}}\n"
+        );
+        let graph = sinter_ir::text::parse(&src).expect("valid");
+        let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+            .expect("compiles")
+            .artifact;
+        writeln!(text, "\n===== {n}x{n} =====\n{}", artifact.kernels[0].wgsl).unwrap();
+    }
+    snapshot("matmul_tiles", &text);
+}

@@ -232,7 +232,11 @@ pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u
     let id_dims = e.params(&k.ids.shape);
     let r = k.ids.rank();
     writeln!(s, "    var acc = 0.0;").unwrap();
-    writeln!(s, "    for (var pos = 0u; pos < {positions}; pos = pos + 1u) {{").unwrap();
+    writeln!(
+        s,
+        "    for (var pos = 0u; pos < {positions}; pos = pos + 1u) {{"
+    )
+    .unwrap();
     decompose(&mut s, "        ", "pos", "q", &id_dims);
     let mut id_addr = "ids_base".to_string();
     let mut dy_addr = "dy_base".to_string();

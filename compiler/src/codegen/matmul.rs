@@ -76,8 +76,16 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     )
     .unwrap();
     writeln!(s, "const TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;").unwrap();
-    writeln!(s, "var<workgroup> As: array<f32, {}>;", bm * bk).unwrap();
-    writeln!(s, "var<workgroup> Bs: array<f32, {}>;", bk * bn).unwrap();
+    // Micro-tiles of 4x4 multiples read workgroup memory as vec4: a thread's rows (columns)
+    // are quads spread BM / (TM / 4) apart, so neighbouring threads read neighbouring quads.
+    let quads = tm % 4 == 0 && tn % 4 == 0;
+    if quads {
+        writeln!(s, "var<workgroup> As: array<vec4<f32>, {}>;", bm * bk / 4).unwrap();
+        writeln!(s, "var<workgroup> Bs: array<vec4<f32>, {}>;", bk * bn / 4).unwrap();
+    } else {
+        writeln!(s, "var<workgroup> As: array<f32, {}>;", bm * bk).unwrap();
+        writeln!(s, "var<workgroup> Bs: array<f32, {}>;", bk * bn).unwrap();
+    }
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(
         s,
@@ -113,7 +121,19 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         "    let tx = lid % (BN / TN);\n    let ty = lid / (BN / TN);"
     )
     .unwrap();
-    writeln!(s, "    var acc: array<f32, {}>;", tm * tn).unwrap();
+    if quads {
+        writeln!(s, "    var acc: array<vec4<f32>, {}>;", tm * tn / 4).unwrap();
+    } else {
+        writeln!(s, "    var acc: array<f32, {}>;", tm * tn).unwrap();
+    }
+    let (store_a, store_b) = if quads {
+        (
+            "As[(kk * BM + mm) / 4u][mm % 4u] = v;",
+            "Bs[(kk * BN + nn) / 4u][nn % 4u] = v;",
+        )
+    } else {
+        ("As[kk * BM + mm] = v;", "Bs[kk * BN + nn] = v;")
+    };
     writeln!(s, "    let steps = (K + BK - 1u) / BK;").unwrap();
     writeln!(s, "    for (var t = 0u; t < steps; t = t + 1u) {{").unwrap();
     writeln!(s, "        let k0 = t * BK;").unwrap();
@@ -141,7 +161,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         "            if (gm < M && gk < K) {{ v = {arena_a}[a_base + gm * a_s0 + gk * a_s1]; }}"
     )
     .unwrap();
-    writeln!(s, "            As[kk * BM + mm] = v;\n        }}").unwrap();
+    writeln!(s, "            {store_a}\n        }}").unwrap();
     let (b_inner, b_outer) = if b_n_fastest {
         ("nn = i % BN", "kk = i / BN")
     } else {
@@ -165,31 +185,35 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         "            if (gk < K && gn < N) {{ v = {arena_b}[b_base + gk * b_s0 + gn * b_s1]; }}"
     )
     .unwrap();
-    writeln!(s, "            Bs[kk * BN + nn] = v;\n        }}").unwrap();
+    writeln!(s, "            {store_b}\n        }}").unwrap();
     writeln!(s, "        workgroupBarrier();").unwrap();
-    writeln!(s, "        for (var kk = 0u; kk < BK; kk = kk + 1u) {{").unwrap();
-    writeln!(
-        s,
-        "            var ra: array<f32, {tm}>;\n            var rb: array<f32, {tn}>;"
-    )
-    .unwrap();
-    writeln!(s, "            for (var i = 0u; i < TM; i = i + 1u) {{ ra[i] = As[kk * BM + ty + i * (BM / TM)]; }}").unwrap();
-    writeln!(s, "            for (var j = 0u; j < TN; j = j + 1u) {{ rb[j] = Bs[kk * BN + tx + j * (BN / TN)]; }}").unwrap();
-    writeln!(s, "            for (var i = 0u; i < TM; i = i + 1u) {{").unwrap();
-    writeln!(s, "                for (var j = 0u; j < TN; j = j + 1u) {{").unwrap();
-    writeln!(
-        s,
-        "                    acc[i * TN + j] = fma(ra[i], rb[j], acc[i * TN + j]);"
-    )
-    .unwrap();
-    writeln!(s, "                }}\n            }}\n        }}").unwrap();
-    writeln!(s, "        workgroupBarrier();\n    }}").unwrap();
-    writeln!(s, "    for (var i = 0u; i < TM; i = i + 1u) {{").unwrap();
-    writeln!(s, "        let gm = row0 + ty + i * (BM / TM);").unwrap();
-    writeln!(s, "        for (var j = 0u; j < TN; j = j + 1u) {{").unwrap();
-    writeln!(s, "            let gn = col0 + tx + j * (BN / TN);").unwrap();
-    writeln!(s, "            if (gm < M && gn < N) {{ {arena_o}[o_base + gm * o_s0 + gn * o_s1] = acc[i * TN + j]; }}").unwrap();
-    writeln!(s, "        }}\n    }}\n}}").unwrap();
+    if quads {
+        quad_compute_and_store(&mut s, t, &arena_o);
+    } else {
+        writeln!(s, "        for (var kk = 0u; kk < BK; kk = kk + 1u) {{").unwrap();
+        writeln!(
+            s,
+            "            var ra: array<f32, {tm}>;\n            var rb: array<f32, {tn}>;"
+        )
+        .unwrap();
+        writeln!(s, "            for (var i = 0u; i < TM; i = i + 1u) {{ ra[i] = As[kk * BM + ty + i * (BM / TM)]; }}").unwrap();
+        writeln!(s, "            for (var j = 0u; j < TN; j = j + 1u) {{ rb[j] = Bs[kk * BN + tx + j * (BN / TN)]; }}").unwrap();
+        writeln!(s, "            for (var i = 0u; i < TM; i = i + 1u) {{").unwrap();
+        writeln!(s, "                for (var j = 0u; j < TN; j = j + 1u) {{").unwrap();
+        writeln!(
+            s,
+            "                    acc[i * TN + j] = fma(ra[i], rb[j], acc[i * TN + j]);"
+        )
+        .unwrap();
+        writeln!(s, "                }}\n            }}\n        }}").unwrap();
+        writeln!(s, "        workgroupBarrier();\n    }}").unwrap();
+        writeln!(s, "    for (var i = 0u; i < TM; i = i + 1u) {{").unwrap();
+        writeln!(s, "        let gm = row0 + ty + i * (BM / TM);").unwrap();
+        writeln!(s, "        for (var j = 0u; j < TN; j = j + 1u) {{").unwrap();
+        writeln!(s, "            let gn = col0 + tx + j * (BN / TN);").unwrap();
+        writeln!(s, "            if (gm < M && gn < N) {{ {arena_o}[o_base + gm * o_s0 + gn * o_s1] = acc[i * TN + j]; }}").unwrap();
+        writeln!(s, "        }}\n    }}\n}}").unwrap();
+    }
     let gx = k.n.div_ceil(bn as usize);
     let gy = k.m.div_ceil(bm as usize);
     if gx > MAX_GROUPS as usize || gy > MAX_GROUPS as usize {
@@ -203,4 +227,68 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     }
     let shared = (bm * bk + bk * bn) * 4;
     Ok((s, [gx as u32, gy as u32, batch.max(1) as u32], shared))
+}
+
+/// The inner product and the write-back for quad micro-tiles: thread `(tx, ty)` owns output
+/// rows `q * BM / HM + ty * 4 + i` and columns `q * BN / HN + tx * 4 + j`.
+fn quad_compute_and_store(s: &mut String, t: Tile, arena_o: &str) {
+    let (hm, hn) = (t.tm / 4, t.tn / 4);
+    let (qa, qb) = (t.bm / 4, t.bn / 4);
+    writeln!(s, "        for (var kk = 0u; kk < BK; kk = kk + 1u) {{").unwrap();
+    for q in 0..hm {
+        writeln!(
+            s,
+            "            let a{q} = As[kk * {qa}u + {}u + ty];",
+            q * qa / hm
+        )
+        .unwrap();
+    }
+    for q in 0..hn {
+        writeln!(
+            s,
+            "            let b{q} = Bs[kk * {qb}u + {}u + tx];",
+            q * qb / hn
+        )
+        .unwrap();
+    }
+    for r in 0..t.tm {
+        for q in 0..hn {
+            let slot = r * hn + q;
+            writeln!(
+                s,
+                "            acc[{slot}] = fma(vec4<f32>(a{}[{}]), b{q}, acc[{slot}]);",
+                r / 4,
+                r % 4
+            )
+            .unwrap();
+        }
+    }
+    writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
+    for r in 0..t.tm {
+        writeln!(
+            s,
+            "    {{\n        let gm = row0 + {}u + ty * 4u + {}u;",
+            (r / 4) * (t.bm / hm),
+            r % 4
+        )
+        .unwrap();
+        for q in 0..hn {
+            let slot = r * hn + q;
+            writeln!(
+                s,
+                "        let gn{q} = col0 + {}u + tx * 4u;",
+                q * (t.bn / hn)
+            )
+            .unwrap();
+            writeln!(s, "        for (var j = 0u; j < 4u; j = j + 1u) {{").unwrap();
+            writeln!(
+                s,
+                "            if (gm < M && gn{q} + j < N) {{ {arena_o}[o_base + gm * o_s0 + (gn{q} + j) * o_s1] = acc[{slot}][j]; }}"
+            )
+            .unwrap();
+            writeln!(s, "        }}").unwrap();
+        }
+        writeln!(s, "    }}").unwrap();
+    }
+    writeln!(s, "}}").unwrap();
 }

@@ -169,7 +169,10 @@ impl Lowerer<'_> {
         .with_label("defined again here");
         let diag = match &self.train_values {
             Some((span, values)) if values.contains(&previous.index()) => diag
-                .with_secondary(span.range(), format!("`train` defines `{}` here", name.name))
+                .with_secondary(
+                    span.range(),
+                    format!("`train` defines `{}` here", name.name),
+                )
                 .with_help(TRAIN_NAMES_HELP),
             _ => diag
                 .with_secondary(self.def_span(previous).range(), "first defined here")
@@ -620,14 +623,15 @@ impl Lowerer<'_> {
                 Ok(())
             }
             Some(first) => {
-                let diag = Diagnostic::error("a graph has at most one `train` statement", keyword.range())
-                    .with_label("a second `train`")
-                    .with_secondary(first.range(), "the first `train` is here")
-                    .with_help(
-                        "one `train` updates every param it lists: use `params=[...]` to pick \
+                let diag =
+                    Diagnostic::error("a graph has at most one `train` statement", keyword.range())
+                        .with_label("a second `train`")
+                        .with_secondary(first.range(), "the first `train` is here")
+                        .with_help(
+                            "one `train` updates every param it lists: use `params=[...]` to pick \
                          them, or write the second optimizer's grad, update and assign statements \
                          by hand",
-                    );
+                        );
                 Err(self.report(diag))
             }
         }
@@ -647,12 +651,16 @@ impl Lowerer<'_> {
             }
         }
         let attrs = self.attrs(&t.attrs);
-        let (Ok(optimizer), Ok(loss), Some(params), Ok(attrs)) = (optimizer, loss, params, attrs)
+        let clip_norm = self.clip_norm(t);
+        let known = match optimizer {
+            Ok(optimizer) => self.known_train_attrs(optimizer, t),
+            Err(Failed) => Err(Failed),
+        };
+        let (Ok(optimizer), Ok(loss), Some(params), Ok(attrs), Ok(clip_norm), Ok(())) =
+            (optimizer, loss, params, attrs, clip_norm, known)
         else {
             return Err(Failed);
         };
-        let clip_norm = self.clip_norm(t)?;
-        self.known_train_attrs(optimizer, t)?;
         let spec = TrainSpec {
             optimizer,
             attrs: attrs
@@ -725,7 +733,10 @@ impl Lowerer<'_> {
             }
             let candidates = known.iter().copied().chain(["clip_norm", "params"]);
             let diag = Diagnostic::error(
-                format!("unknown attribute `{name}` for `train ... with {}`", spec.name),
+                format!(
+                    "unknown attribute `{name}` for `train ... with {}`",
+                    spec.name
+                ),
                 arg.name.span.range(),
             )
             .with_label("unknown")
@@ -774,7 +785,10 @@ impl Lowerer<'_> {
             }
             TrainError::DuplicateParam { index, name } => {
                 let ident = listed(index).expect("only listed params are checked");
-                let first = t.params.as_ref().and_then(|p| p.names.iter().find(|n| n.name == name));
+                let first = t
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.names.iter().find(|n| n.name == name));
                 let mut diag = Diagnostic::error(
                     format!("`{name}` is listed twice in `params`"),
                     ident.span.range(),
@@ -837,11 +851,16 @@ impl Lowerer<'_> {
                     .and_then(|p| p.names.iter().position(|n| n.name == name));
                 let span = index.and_then(listed).map_or(t.keyword, |i| i.span);
                 let mut diag = Diagnostic::error(
-                    format!("`{name}` is already assigned, and `train` assigns every param it trains"),
+                    format!(
+                        "`{name}` is already assigned, and `train` assigns every param it trains"
+                    ),
                     span.range(),
                 )
                 .with_label(format!("`train` would assign `{name}` again"));
-                let assigned = self.graph.lookup(&name).and_then(|id| self.assign_spans.get(&id));
+                let assigned = self
+                    .graph
+                    .lookup(&name)
+                    .and_then(|id| self.assign_spans.get(&id));
                 if let Some(first) = assigned {
                     diag = diag.with_secondary(first.range(), "assigned here");
                 }
@@ -855,12 +874,17 @@ impl Lowerer<'_> {
                 previous,
             } => {
                 let mut diag = Diagnostic::error(
-                    format!("`train` needs the name `{name}` for {purpose}, but it is already defined"),
+                    format!(
+                        "`train` needs the name `{name}` for {purpose}, but it is already defined"
+                    ),
                     t.keyword.range(),
                 )
                 .with_label(format!("`train` defines `{name}`"));
                 if let Some(id) = previous {
-                    diag = diag.with_secondary(self.def_span(id).range(), format!("`{name}` is defined here"));
+                    diag = diag.with_secondary(
+                        self.def_span(id).range(),
+                        format!("`{name}` is defined here"),
+                    );
                 }
                 diag.with_help(TRAIN_NAMES_HELP)
             }

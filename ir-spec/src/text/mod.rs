@@ -8,7 +8,7 @@
 //! ```text
 //! file       = sep* "graph" NAME "{" (sep | stmt)* "}" sep*
 //! sep        = NEWLINE | ";"
-//! stmt       = decl | let | assign | output                    (each ends at NEWLINE, ";" or "}")
+//! stmt       = decl | let | assign | output | train            (each ends at NEWLINE, ";" or "}")
 //! decl       = "input" NAME ":" type
 //!            | ("param" | "state") NAME ":" type "=" init
 //! type       = DTYPE "[" (EXTENT ("," EXTENT)* ","?)? "]"     (f32[], f32[64, 784]; EXTENT >= 1)
@@ -20,6 +20,8 @@
 //! let        = NAME ("," NAME)* "=" (call | number)
 //! assign     = "assign" NAME "=" expr
 //! output     = "output" NAME ("," NAME)*
+//! train      = "train" NAME "with" NAME "(" (train_arg ("," train_arg)* ","?)? ")"
+//! train_arg  = "params" "=" "[" (NAME ("," NAME)* ","?)? "]" | NAME "=" attr_value
 //! expr       = call | NAME | number
 //! call       = OP "(" (arg ("," arg)* ","?)? ")"               (operands before attributes)
 //! arg        = expr | NAME "=" attr_value
@@ -31,7 +33,9 @@
 //! Lexical rules:
 //! - `NAME`, `OP`, `DTYPE` are identifiers `[A-Za-z_][A-Za-z0-9_.]*` (dots allowed after the
 //!   first character, for weight names like `layer1.weight`). The keywords `graph input param
-//!   state assign output true false` and the literal words `inf nan` cannot be names.
+//!   state assign output true false` and the literal words `inf nan` cannot be names. `train`
+//!   is a keyword only at the start of a statement and when a name follows it (`train = relu(x)`
+//!   names a value `train`); `with` only right after `train LOSS`.
 //! - `INT` is `[0-9]+`; `FLOAT` is `[0-9]+ ("." [0-9]+)? ([eE] [+-]? [0-9]+)?` with a fraction
 //!   or an exponent. A letter right after a number is an error (`12ab`, `1.`).
 //! - `STRING` is `"..."` on one line, with the escapes `\"` and `\\`.
@@ -53,6 +57,14 @@
 //!   target); `output` may appear several times, its names appended in order.
 //! - Initializers: `std >= 0`, `lo < hi`, all finite; `full` may be `inf` or `-inf`; seeds are
 //!   integers from 0 to 2^64 - 1. Init arguments are numbers (an int is read as a float).
+//! - `train LOSS with OPT(attr=value, ..., clip_norm=X, params=[P1, ...])`, `OPT` one of `sgd`,
+//!   `adam`, `adamw` with that op's attributes, expands (through [`crate::train::add_training`])
+//!   into zero-initialized optimizer states (`P.m`, `P.v`, `train.step`, or
+//!   `P.momentum_buf`), `P1.grad, ... = grad(LOSS, P1, ...)`, optional global-norm clipping
+//!   (`train.grad_norm`, `train.clip_scale`, `P.grad.clipped`), the optimizer nodes
+//!   (`P.next`, `P.m.next`, ...) and an `assign` for every param and state. `params` defaults
+//!   to every param declared before the statement; at most one `train` per graph; its
+//!   generated names must be free. The printer prints the expansion, not the statement.
 //!
 //! Errors: every independent error is reported, in source order. After a syntax error the
 //! parser skips to the next newline outside brackets or the next `;` (or to a line that clearly

@@ -242,7 +242,12 @@ impl<'a> Parser<'a> {
         };
         let is_name = |t: &&Token| t.kind == TokenKind::Ident && !is_keyword(self.text(t.span));
         match tokens.first() {
-            Some(t) if self.text(t.span) == "train" && tokens.get(1).is_some_and(|t| t.kind == TokenKind::Ident) => Vec::new(),
+            Some(t)
+                if self.text(t.span) == "train"
+                    && tokens.get(1).is_some_and(|t| t.kind == TokenKind::Ident) =>
+            {
+                Vec::new()
+            }
             Some(t) if matches!(self.text(t.span), "input" | "param" | "state") => tokens
                 .get(1)
                 .filter(is_name)
@@ -556,25 +561,32 @@ impl<'a> Parser<'a> {
     /// `train LOSS with OPT(name=value, ..., params=[P1, ...])`.
     fn train(&mut self) -> PResult<Stmt> {
         let keyword = self.bump().span;
-        let usage = "write `train loss with adamw(lr=1e-3)`; the optimizers are sgd, adam and adamw";
+        let usage =
+            "write `train loss with adamw(lr=1e-3)`; the optimizers are sgd, adam and adamw";
         if self.peek_ident().is_none() {
             return self.missing("the name of the loss after `train`", usage.into());
         }
         if self.peek_ident() == Some("with") && *self.peek_second() == TokenKind::Ident {
             let span = self.span();
-            let diag = Diagnostic::error("`train` needs the name of the loss before `with`", span.range())
-                .with_label("the loss is missing")
-                .with_help(usage);
+            let diag = Diagnostic::error(
+                "`train` needs the name of the loss before `with`",
+                span.range(),
+            )
+            .with_label("the loss is missing")
+            .with_help(usage);
             return self.fail(diag);
         }
         let loss = self.name("the name of the loss after `train`")?;
         if *self.peek() == TokenKind::LParen {
-            let diag = Diagnostic::error("`train` takes the name of the loss, not a call", loss.span.range())
-                .with_label("a call")
-                .with_help(format!(
-                    "name the loss first: `loss = {}(...)`, then `train loss with ...`",
-                    loss.name
-                ));
+            let diag = Diagnostic::error(
+                "`train` takes the name of the loss, not a call",
+                loss.span.range(),
+            )
+            .with_label("a call")
+            .with_help(format!(
+                "name the loss first: `loss = {}(...)`, then `train loss with ...`",
+                loss.name
+            ));
             return self.fail(diag);
         }
         if self.peek_ident() != Some("with") {
@@ -623,10 +635,8 @@ impl<'a> Parser<'a> {
                 _ => {
                     let help = "the optimizer takes attributes only: the loss comes before `with` \
                                 and the params to train are `params=[w1, w2]`";
-                    return self.unexpected_with(
-                        "an attribute such as `lr=1e-3`",
-                        Some(help.to_string()),
-                    );
+                    return self
+                        .unexpected_with("an attribute such as `lr=1e-3`", Some(help.to_string()));
                 }
             }
             match self.peek() {

@@ -331,7 +331,11 @@ fn train_statement_forms() {
         "train loss with sgd(lr=1, params=[b], momentum=0.5, nesterov=true)",
     ] {
         let g = parses(&trainable(body));
-        assert_eq!(g.nodes.iter().filter(|n| n.op == Op::Grad).count(), 1, "{body}");
+        assert_eq!(
+            g.nodes.iter().filter(|n| n.op == Op::Grad).count(),
+            1,
+            "{body}"
+        );
         assert_eq!(parse(&print(&g)), Ok(g), "{body}");
     }
     // `train` is a keyword only where a statement starts with `train NAME`.
@@ -339,7 +343,9 @@ fn train_statement_forms() {
         "input x: f32[2]\ntrain = relu(x)\ntrain.loss = sum(train)\noutput train",
     ));
     assert!(g.lookup("train").is_some());
-    let g = parses(&trainable("with = relu(x)\ntrain loss with sgd(lr=1, params=[w])"));
+    let g = parses(&trainable(
+        "with = relu(x)\ntrain loss with sgd(lr=1, params=[w])",
+    ));
     assert!(g.lookup("w.next").is_some());
 }
 
@@ -347,24 +353,72 @@ fn train_statement_forms() {
 fn train_errors() {
     for (body, expected) in [
         ("train loss with adm(lr=1)", "unknown optimizer `adm`"),
-        ("train loss with adamw(lrr=1)", "unknown attribute `lrr` for `train ... with adamw`"),
+        (
+            "train loss with adamw(lrr=1)",
+            "unknown attribute `lrr` for `train ... with adamw`",
+        ),
         ("train loss with sgd()", "`sgd` needs the attribute `lr`"),
-        ("train loss with adamw(beta1=1)", "beta1=1 must be in [0, 1)"),
-        ("train loss with adamw(clip_norm=0)", "clip_norm=0 must be positive and finite"),
-        ("train loss with adamw(clip_norm=[1])", "`clip_norm` must be a number"),
+        (
+            "train loss with adamw(beta1=1)",
+            "beta1=1 must be in [0, 1)",
+        ),
+        (
+            "train loss with adamw(clip_norm=0)",
+            "clip_norm=0 must be positive and finite",
+        ),
+        (
+            "train loss with adamw(clip_norm=[1])",
+            "`clip_norm` must be a number",
+        ),
         ("train los with adamw()", "unknown name `los`"),
-        ("train h with adamw()", "`train` needs a scalar f32 loss, got f32[3]"),
-        ("train loss with adamw(params=[x])", "`x` is not a param, so `train` cannot update it"),
-        ("train loss with adamw(params=[w, w])", "`w` is listed twice in `params`"),
-        ("train loss with adamw(params=[])", "there are no params to train"),
-        ("train loss with adamw(params=[w], params=[b])", "`params` is given twice"),
-        ("train loss with adamw(params=w)", "expected `[` and a list of params, found `w`"),
-        ("train loss with adamw(0.1)", "expected an attribute such as `lr=1e-3`, found the number `0.1`"),
-        ("train loss adamw()", "expected `with` and an optimizer, found `adamw`"),
-        ("train loss with adamw", "expected `(` after the optimizer, found the end of the line"),
-        ("train mean(loss) with sgd(lr=1)", "`train` takes the name of the loss, not a call"),
-        ("train", "expected the name of the loss after `train`, found the end of the line"),
-        ("train with adamw()", "`train` needs the name of the loss before `with`"),
+        (
+            "train h with adamw()",
+            "`train` needs a scalar f32 loss, got f32[3]",
+        ),
+        (
+            "train loss with adamw(params=[x])",
+            "`x` is not a param, so `train` cannot update it",
+        ),
+        (
+            "train loss with adamw(params=[w, w])",
+            "`w` is listed twice in `params`",
+        ),
+        (
+            "train loss with adamw(params=[])",
+            "there are no params to train",
+        ),
+        (
+            "train loss with adamw(params=[w], params=[b])",
+            "`params` is given twice",
+        ),
+        (
+            "train loss with adamw(params=w)",
+            "expected `[` and a list of params, found `w`",
+        ),
+        (
+            "train loss with adamw(0.1)",
+            "expected an attribute such as `lr=1e-3`, found the number `0.1`",
+        ),
+        (
+            "train loss adamw()",
+            "expected `with` and an optimizer, found `adamw`",
+        ),
+        (
+            "train loss with adamw",
+            "expected `(` after the optimizer, found the end of the line",
+        ),
+        (
+            "train mean(loss) with sgd(lr=1)",
+            "`train` takes the name of the loss, not a call",
+        ),
+        (
+            "train",
+            "expected the name of the loss after `train`, found the end of the line",
+        ),
+        (
+            "train with adamw()",
+            "`train` needs the name of the loss before `with`",
+        ),
         (
             "train loss with adamw()\ntrain loss with sgd(lr=1)",
             "a graph has at most one `train` statement",
@@ -373,19 +427,32 @@ fn train_errors() {
             "state b.v: f32[3] = zeros\ntrain loss with adam()",
             "`train` needs the name `b.v` for the second moment of `b`, but it is already defined",
         ),
-        ("train loss with adamw()\nw.grad = relu(x)", "`w.grad` is already defined"),
+        (
+            "train loss with adamw()\nw.grad = relu(x)",
+            "`w.grad` is already defined",
+        ),
         (
             "assign b = b\ntrain loss with adamw()",
             "`b` is already assigned, and `train` assigns every param it trains",
         ),
-        ("train loss with adamw()\nassign w = w", "`w` is assigned twice"),
+        (
+            "train loss with adamw()\nassign w = w",
+            "`w` is assigned twice",
+        ),
     ] {
         assert_eq!(errors(&trainable(body)), [expected], "{body}");
     }
-    let int_param = graph("param n: i32[2] = zeros\nloss = sum(cast(n, dtype=\"f32\"))\ntrain loss with adamw()");
-    assert_eq!(errors(&int_param), ["`train` updates f32 params, but `n` is i32[2]"]);
+    let int_param = graph(
+        "param n: i32[2] = zeros\nloss = sum(cast(n, dtype=\"f32\"))\ntrain loss with adamw()",
+    );
     assert_eq!(
-        errors(&graph("input x: f32[2]\nloss = sum(x)\ntrain loss with adamw()")),
+        errors(&int_param),
+        ["`train` updates f32 params, but `n` is i32[2]"]
+    );
+    assert_eq!(
+        errors(&graph(
+            "input x: f32[2]\nloss = sum(x)\ntrain loss with adamw()"
+        )),
         ["there are no params to train"]
     );
 }
@@ -396,9 +463,15 @@ fn failed_train_does_not_cascade() {
     let src = trainable(
         "train loss with adamw(lr=0.1\nn = sqrt(train.grad_norm)\noutput w.grad, n, w.m.next",
     );
-    assert_eq!(errors(&src), ["expected `,` or `)` before the end of the line"]);
+    assert_eq!(
+        errors(&src),
+        ["expected `,` or `)` before the end of the line"]
+    );
     let src = trainable("train loss with adm()\noutput w.grad, train.step\noutput wgrad");
-    assert_eq!(errors(&src), ["unknown optimizer `adm`", "unknown name `wgrad`"]);
+    assert_eq!(
+        errors(&src),
+        ["unknown optimizer `adm`", "unknown name `wgrad`"]
+    );
     let src = trainable("bad = relu(nothing)\ntrain bad with sgd(lr=1)");
     assert_eq!(errors(&src), ["unknown name `nothing`"]);
 }
