@@ -60,6 +60,9 @@ pub struct Options {
     pub max_binding_size: u64,
     /// Passes to dump (see [`Compiled::dumps`]).
     pub dump_after: Vec<Pass>,
+    /// Forces one block shape on every matmul (for tuning); by default the shape is chosen
+    /// from the output's size.
+    pub matmul_tile: Option<codegen::matmul::Tile>,
 }
 
 impl Default for Options {
@@ -67,6 +70,7 @@ impl Default for Options {
         Options {
             max_binding_size: DEFAULT_MAX_BINDING,
             dump_after: Vec::new(),
+            matmul_tile: None,
         }
     }
 }
@@ -98,7 +102,7 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileErro
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let artifact = pack(&graph, &sched, &mem)?;
+    let artifact = pack(&graph, &sched, &mem, options)?;
     Ok(Compiled {
         artifact,
         dumps,
@@ -107,7 +111,12 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileErro
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.
-fn pack(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> Result<Artifact, CompileError> {
+fn pack(
+    graph: &Graph,
+    sched: &Schedule,
+    mem: &MemoryPlan,
+    options: &Options,
+) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
     let mut dispatches = Vec::new();
@@ -117,7 +126,7 @@ fn pack(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> Result<Artifact, C
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem)?;
+        let src = codegen::emit(&step.plan, mem, options)?;
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];

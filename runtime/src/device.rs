@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use sinter_ir::artifact::Requirements;
 
 use crate::error::RuntimeError;
+use crate::profile::{Timestamps, timestamp_support};
 
 /// Which adapter to use. [`AdapterChoice::from_env`] reads it from the environment.
 #[derive(Clone, Debug, Default)]
@@ -19,6 +20,9 @@ pub struct AdapterChoice {
     pub backends: Option<wgpu::Backends>,
     /// Case-insensitive substring of the adapter's name.
     pub name_contains: Option<String>,
+    /// Ask the device for GPU timestamp queries, so that [`crate::Session::profile`] works.
+    /// Off by default: a device gets no feature it does not need.
+    pub profiling: bool,
 }
 
 impl AdapterChoice {
@@ -32,6 +36,7 @@ impl AdapterChoice {
         Ok(AdapterChoice {
             backends,
             name_contains: var("SINTER_ADAPTER"),
+            profiling: false,
         })
     }
 }
@@ -123,6 +128,8 @@ pub struct Gpu {
     pub(crate) queue: wgpu::Queue,
     /// Errors no error scope caught (a backstop: wgpu's default handler would panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
+    /// The timestamp queries the device was created with (see [`AdapterChoice::profiling`]).
+    pub(crate) timestamps: Timestamps,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -266,6 +273,8 @@ impl Gpu {
             }
             features |= flag;
         }
+        let timestamps = timestamp_support(choice.profiling, adapter.features());
+        features |= timestamps.features();
 
         let available = adapter.limits();
         // Start from the downlevel defaults (clamped to the adapter, so that no limit the
@@ -326,6 +335,7 @@ impl Gpu {
             device,
             queue,
             uncaptured,
+            timestamps,
         })
     }
 

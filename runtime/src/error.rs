@@ -60,6 +60,14 @@ pub enum RuntimeError {
         role: Option<Role>,
         inputs: Vec<String>,
     },
+    #[error("`{name}` is not an output of this graph{}; its outputs are: {}",
+        role.map(|r| format!(" (it is {})", role_name(r))).unwrap_or_default(),
+        if outputs.is_empty() { "(none)".to_string() } else { outputs.join(", ") })]
+    UnknownOutput {
+        name: String,
+        role: Option<Role>,
+        outputs: Vec<String>,
+    },
     #[error("input `{name}` is given twice")]
     DuplicateInput { name: String },
     #[error("input `{name}` has type {actual}, but the graph expects {expected}")]
@@ -88,6 +96,8 @@ pub enum RuntimeError {
     },
     #[error("run_steps needs at least one step")]
     ZeroSteps,
+    #[error("cannot profile on adapter `{adapter}`: {reason}")]
+    Profiling { adapter: String, reason: String },
     #[error(transparent)]
     Io(#[from] IoError),
     #[error("reading results back from the GPU failed: {0}")]

@@ -6,7 +6,8 @@
 //! and bind group once. A run validates the named inputs against the manifest, records every
 //! dispatch into one command buffer, submits once and reads the named outputs back. Params and
 //! states stay on the GPU between runs; [`Session::weights`] and [`Session::load_weights`] move
-//! them in and out, [`Session::save_weights`] as safetensors.
+//! them in and out, [`Session::save_weights`] as safetensors. A session loaded with
+//! [`AdapterChoice::profiling`] times every dispatch with GPU timestamps ([`Session::profile`]).
 //!
 //! ```no_run
 //! use sinter_runtime::Session;
@@ -42,6 +43,7 @@ pub mod error;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 mod plan;
+pub mod profile;
 mod readback;
 pub mod session;
 
@@ -49,5 +51,6 @@ pub use device::{AdapterChoice, Gpu, describe_adapter, list_adapters};
 pub use error::RuntimeError;
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{available_adapters, read_artifact};
+pub use profile::{DispatchTime, KernelTime, Profile, ProfileOptions, TimestampMode};
 pub use session::{LoadReport, Outputs, Session};
 pub use sinter_ir::artifact::Artifact;

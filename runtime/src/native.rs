@@ -10,6 +10,7 @@ use sinter_ir::artifact::Artifact;
 use crate::device::{AdapterChoice, describe_adapter, list_adapters};
 use crate::error::RuntimeError;
 use crate::io::{self, HostTensor};
+use crate::profile::{Profile, ProfileOptions};
 use crate::session::{Outputs, Session};
 
 /// Reads and checks an artifact file.
@@ -60,6 +61,38 @@ impl Session {
         inputs: &[(&str, &HostTensor)],
     ) -> Result<Outputs, RuntimeError> {
         pollster::block_on(self.run_steps_async(steps, inputs))
+    }
+
+    /// Runs the graph once to warm up, then `repeats` times with a GPU timestamp around every
+    /// dispatch (see [`crate::profile`]). The session must be loaded with
+    /// [`AdapterChoice::profiling`].
+    pub fn profile(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        repeats: u32,
+    ) -> Result<Profile, RuntimeError> {
+        self.profile_each(inputs, &ProfileOptions::new(repeats), |_, _| {})
+    }
+
+    /// [`Session::profile`] with options, calling `each_run(run, outputs)` after every measured
+    /// run (to check each run's results).
+    pub fn profile_each(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        options: &ProfileOptions,
+        each_run: impl FnMut(u32, &Outputs),
+    ) -> Result<Profile, RuntimeError> {
+        pollster::block_on(self.profile_async(inputs, options, each_run))
+    }
+
+    /// Runs the graph once; reads back only the outputs named in `read` (see
+    /// [`Session::run_reading_async`]: with none, it returns without waiting for the GPU).
+    pub fn run_reading(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        read: &[&str],
+    ) -> Result<Outputs, RuntimeError> {
+        pollster::block_on(self.run_reading_async(inputs, read))
     }
 
     /// The current value of a param or state.

@@ -29,12 +29,13 @@ use crate::device::{AdapterChoice, Gpu, declared_limits};
 use crate::error::RuntimeError;
 use crate::io::{HostTensor, TensorData};
 use crate::plan::{self, MAX_UNIFORM_ALIGN, Packing, Plan, buffer_size};
+use crate::profile::{Timer, TimestampMode};
 use crate::readback::{read_buffer, wait_idle};
 
 /// The named outputs of a run, in manifest order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outputs {
-    tensors: Vec<(String, HostTensor)>,
+    pub(crate) tensors: Vec<(String, HostTensor)>,
 }
 
 impl Outputs {
@@ -88,7 +89,10 @@ pub struct LoadReport {
 
 /// One recorded dispatch.
 #[derive(Debug)]
-struct Step {
+pub(crate) struct Step {
+    /// Index into `Artifact::dispatches` (dispatches with zero workgroups have no step).
+    pub(crate) dispatch: usize,
+    pub(crate) kernel: usize,
     pipeline: usize,
     bind_group: usize,
     param_offset: u32,
@@ -98,18 +102,18 @@ struct Step {
 /// A loaded artifact, ready to run.
 #[derive(Debug)]
 pub struct Session {
-    gpu: Gpu,
+    pub(crate) gpu: Gpu,
     /// The manifest (its blob is dropped once uploaded).
-    artifact: Artifact,
-    plan: Plan,
+    pub(crate) artifact: Artifact,
+    pub(crate) plan: Plan,
     arenas: Vec<wgpu::Buffer>,
-    steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     pipelines: Vec<wgpu::ComputePipeline>,
     bind_groups: Vec<wgpu::BindGroup>,
     /// Inputs are uploaded here and copied into the arena at the start of every step (the
     /// memory planner may reuse an input's bytes once it is dead).
-    upload: Option<wgpu::Buffer>,
-    readback: Option<wgpu::Buffer>,
+    pub(crate) upload: Option<wgpu::Buffer>,
+    pub(crate) readback: Option<wgpu::Buffer>,
     /// For assigns whose sources overlap their targets.
     scratch: Option<wgpu::Buffer>,
     report: LoadReport,
@@ -238,7 +242,8 @@ impl Session {
                 let mut bind_groups = Vec::new();
                 let mut group_of: HashMap<(usize, &[u32]), usize> = HashMap::new();
                 let mut steps = Vec::new();
-                for (d, &offset) in artifact.dispatches.iter().zip(&plan.param_offsets) {
+                let dispatches = artifact.dispatches.iter().zip(&plan.param_offsets);
+                for (index, (d, &offset)) in dispatches.enumerate() {
                     if d.workgroups.contains(&0) {
                         continue;
                     }
@@ -268,6 +273,8 @@ impl Session {
                         bind_groups.len() - 1
                     });
                     steps.push(Step {
+                        dispatch: index,
+                        kernel: k,
                         pipeline: kernel_pipeline[k],
                         bind_group: group,
                         param_offset: offset as u32,
@@ -366,7 +373,7 @@ impl Session {
                                 label: Some("sinter step"),
                             },
                         );
-                        self.record(&mut encoder, step == steps);
+                        self.record(&mut encoder, step == steps, None);
                         self.gpu.queue.submit([encoder.finish()]);
                     }
                 })
@@ -389,8 +396,78 @@ impl Session {
         })
     }
 
+    /// Runs the graph once and reads back only the outputs named in `read` (in manifest order),
+    /// for training loops: with `read` empty the run is submitted and nothing waits for it, so
+    /// steps queue up on the GPU back to back; reading the loss every k steps waits for all of
+    /// them. Every name must be an output; the other outputs are computed but not copied out.
+    pub async fn run_reading_async(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        read: &[&str],
+    ) -> Result<Outputs, RuntimeError> {
+        let packing = self.output_packing(read)?;
+        let packed = self.pack_inputs(inputs)?;
+        let ((), err) = self
+            .gpu
+            .capture(|| {
+                if let Some(upload) = &self.upload {
+                    self.gpu.queue.write_buffer(upload, 0, &packed);
+                }
+                let mut encoder =
+                    self.gpu
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("sinter step"),
+                        });
+                self.record_reading(&mut encoder, Some(&packing), None);
+                self.gpu.queue.submit([encoder.finish()]);
+            })
+            .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "running the graph",
+                message,
+            });
+        }
+        let bytes = match &self.readback {
+            Some(buffer) if !packing.slots.is_empty() => {
+                read_buffer(&self.gpu, buffer, packing.bytes).await?
+            }
+            _ => Vec::new(),
+        };
+        Ok(Outputs {
+            tensors: self.unpack(&packing, &bytes)?,
+        })
+    }
+
+    /// The outputs named in `read`, in manifest order, packed back to back.
+    fn output_packing(&self, read: &[&str]) -> Result<Packing, RuntimeError> {
+        for &name in read {
+            let slot = self.artifact.tensors.iter().find(|s| s.name == name);
+            if slot.is_none_or(|s| s.role != Role::Output) {
+                return Err(RuntimeError::UnknownOutput {
+                    name: name.to_string(),
+                    role: slot.map(|s| s.role),
+                    outputs: self.outputs().map(|s| s.name.clone()).collect(),
+                });
+            }
+        }
+        let mut packing = Packing::default();
+        for &(i, _) in &self.plan.outputs.slots {
+            let t = &self.artifact.tensors[i];
+            if read.contains(&t.name.as_str()) {
+                packing.slots.push((i, packing.bytes));
+                packing.bytes += t.size_bytes();
+            }
+        }
+        Ok(packing)
+    }
+
     /// Checks the inputs against the manifest and packs them as the upload buffer holds them.
-    fn pack_inputs(&self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<u8>, RuntimeError> {
+    pub(crate) fn pack_inputs(
+        &self,
+        inputs: &[(&str, &HostTensor)],
+    ) -> Result<Vec<u8>, RuntimeError> {
         let mut given: HashMap<&str, &HostTensor> = HashMap::new();
         for &(name, t) in inputs {
             let slot = self.artifact.tensors.iter().find(|s| s.name == name);
@@ -431,8 +508,25 @@ impl Session {
     }
 
     /// Records one step: inputs into the arena, every dispatch, outputs (on the last step), then
-    /// the assign copies.
-    fn record(&self, encoder: &mut wgpu::CommandEncoder, read_outputs: bool) {
+    /// the assign copies; with a `timer`, timestamps around every dispatch, resolved at the end.
+    pub(crate) fn record(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        read_outputs: bool,
+        timer: Option<&Timer>,
+    ) {
+        let read = read_outputs.then_some(&self.plan.outputs);
+        self.record_reading(encoder, read, timer);
+    }
+
+    /// [`Session::record`], copying the output slots of `read` (if any) to the readback buffer
+    /// at their packed offsets.
+    fn record_reading(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        read: Option<&Packing>,
+        timer: Option<&Timer>,
+    ) {
         let copy = |encoder: &mut wgpu::CommandEncoder, from, from_off, to, to_off, n| {
             if n > 0 {
                 encoder.copy_buffer_to_buffer(from, from_off, to, to_off, n);
@@ -445,24 +539,38 @@ impl Session {
                 copy(encoder, upload, offset, arena, t.offset, t.size_bytes());
             }
         }
-        if !self.steps.is_empty() {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("sinter dispatches"),
-                timestamp_writes: None,
-            });
-            let mut current = usize::MAX;
-            for s in &self.steps {
-                if s.pipeline != current {
-                    pass.set_pipeline(&self.pipelines[s.pipeline]);
-                    current = s.pipeline;
+        match timer {
+            Some(timer) if timer.mode() == TimestampMode::PassBoundaries => {
+                // One pass per dispatch, timed at its boundaries.
+                for (i, s) in self.steps.iter().enumerate() {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("sinter dispatch (timed)"),
+                        timestamp_writes: Some(timer.pass_writes(i)),
+                    });
+                    let mut unset = usize::MAX;
+                    self.dispatch(&mut pass, s, &mut unset);
                 }
-                pass.set_bind_group(0, &self.bind_groups[s.bind_group], &[s.param_offset]);
-                let [x, y, z] = s.workgroups;
-                pass.dispatch_workgroups(x, y, z);
+            }
+            _ if self.steps.is_empty() => {}
+            _ => {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("sinter dispatches"),
+                    timestamp_writes: None,
+                });
+                let mut current = usize::MAX;
+                for (i, s) in self.steps.iter().enumerate() {
+                    if let Some(timer) = timer {
+                        timer.write_start(&mut pass, i);
+                    }
+                    self.dispatch(&mut pass, s, &mut current);
+                    if let Some(timer) = timer {
+                        timer.write_end(&mut pass, i);
+                    }
+                }
             }
         }
-        if let (true, Some(readback)) = (read_outputs, &self.readback) {
-            for &(i, offset) in &self.plan.outputs.slots {
+        if let (Some(read), Some(readback)) = (read, &self.readback) {
+            for &(i, offset) in &read.slots {
                 let t = &self.artifact.tensors[i];
                 let arena = &self.arenas[t.arena as usize];
                 copy(encoder, arena, t.offset, readback, offset, t.size_bytes());
@@ -499,9 +607,23 @@ impl Session {
                 }
             }
         }
+        if let Some(timer) = timer {
+            timer.resolve(encoder);
+        }
     }
 
-    fn unpack(
+    /// Records one dispatch; `current` is the pipeline the pass has set (`usize::MAX`: none).
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, s: &Step, current: &mut usize) {
+        if s.pipeline != *current {
+            pass.set_pipeline(&self.pipelines[s.pipeline]);
+            *current = s.pipeline;
+        }
+        pass.set_bind_group(0, &self.bind_groups[s.bind_group], &[s.param_offset]);
+        let [x, y, z] = s.workgroups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+
+    pub(crate) fn unpack(
         &self,
         packing: &Packing,
         bytes: &[u8],

@@ -624,6 +624,7 @@ fn adapter_choice_errors() {
     let choice = AdapterChoice {
         backends: None,
         name_contains: Some("no such adapter".into()),
+        ..AdapterChoice::default()
     };
     match Session::load_with(axpy(), &choice) {
         Err(RuntimeError::NoAdapter { .. }) if skipping() => {}
@@ -641,6 +642,7 @@ fn no_adapter_says_how_to_get_one() {
     let choice = AdapterChoice {
         backends: Some(wgpu::Backends::METAL),
         name_contains: None,
+        ..AdapterChoice::default()
     };
     let err = Session::load_with(axpy(), &choice).unwrap_err().to_string();
     assert!(err.starts_with("no GPU adapter found"), "{err}");

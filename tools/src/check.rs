@@ -19,8 +19,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<(), CliError> {
     let graph = program::load(&args.file)?;
-    print!("{}", listing(&graph, args.all));
-    Ok(())
+    crate::console::print(&listing(&graph, args.all))
 }
 
 /// One line per value in definition order (`name: type  (origin)`), then the outputs and

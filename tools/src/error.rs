@@ -2,8 +2,11 @@
 
 use std::path::PathBuf;
 
+use sinter_compiler::CompileError;
 use sinter_compiler::autodiff::AutodiffError;
+use sinter_ir::artifact::ArtifactError;
 use sinter_ir::interp::EvalError;
+use sinter_runtime::RuntimeError;
 use sinter_runtime::io::IoError;
 
 /// Exit code when the program (the `.sir` file) is wrong.
@@ -27,6 +30,18 @@ pub enum CliError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot write {}: {source}", path.display())]
+    WriteFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file that is not a readable artifact; `hint` says what it seems to be instead.
+    #[error("{}: {source}{hint}", path.display())]
+    BadArtifact {
+        path: PathBuf,
+        source: ArtifactError,
+        hint: &'static str,
+    },
     #[error(transparent)]
     TensorFile(#[from] IoError),
     /// A bad `--input` or `--weights` tensor: unknown, duplicate, missing or mistyped.
@@ -36,17 +51,32 @@ pub enum CliError {
     Eval(#[from] EvalError),
     #[error("autodiff failed: {0}")]
     Autodiff(#[from] AutodiffError),
+    /// The compiler refused the program (or failed: internal errors say so).
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// Loading or running an artifact failed: no adapter, a limit the adapter lacks, a bad
+    /// input or weight.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// An argument value clap cannot check by itself (e.g. a kernel name that the artifact
+    /// lacks).
+    #[error("{0}")]
+    Arg(String),
 }
 
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Program { .. } | CliError::Autodiff(_) => EXIT_PROGRAM,
+            CliError::Program { .. } | CliError::Autodiff(_) | CliError::Compile(_) => EXIT_PROGRAM,
             // The interpreter cannot run ops that a compiler pass must rewrite first (`grad`), nor
             // an ill-typed node: both are properties of the program.
             CliError::Eval(EvalError::NeedsPass { .. } | EvalError::Type { .. }) => EXIT_PROGRAM,
             CliError::ReadSource { .. }
             | CliError::CreateDir { .. }
+            | CliError::WriteFile { .. }
+            | CliError::BadArtifact { .. }
+            | CliError::Runtime(_)
+            | CliError::Arg(_)
             | CliError::TensorFile(_)
             | CliError::Feed(_)
             | CliError::Eval(_) => EXIT_INPUT,

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use sinter_ir::interp::{self, Tensor};
-use sinter_ir::{DType, Graph, ValueDef};
-use sinter_runtime::io::{HostTensor, write_npy};
+use sinter_ir::{Graph, ValueDef};
+use sinter_runtime::io::HostTensor;
 
 use crate::error::CliError;
-use crate::feeds::{self, Feed};
+use crate::feeds::{self, Feed, Signature};
+use crate::outputs;
 use crate::program;
 
 #[derive(clap::Args)]
@@ -38,34 +39,25 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     }
     let graph = differentiated.graph;
 
-    let inputs: HashMap<String, Tensor> = feeds::load_inputs(&graph, &args.inputs)?
+    let signature = Signature::of_graph(&graph);
+    let inputs: HashMap<String, Tensor> = feeds::load_inputs(&signature, &args.inputs)?
         .into_iter()
         .map(|(name, t)| (name, t.to_interp()))
         .collect();
     let mut weights = match &args.weights {
-        Some(path) => feeds::load_weights(&graph, path)?,
+        Some(path) => feeds::load_weights(&signature, path)?,
         None => HashMap::new(),
     };
     let persistent = persistent_values(&graph, &mut weights);
 
     let evaluation = interp::evaluate(&graph, &inputs, &persistent)?;
 
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
-            path: dir.clone(),
-            source,
-        })?;
-    }
-    for (name, tensor) in &evaluation.outputs {
-        let mut line = summary(name, tensor);
-        if let Some(dir) = &args.out {
-            let path = dir.join(format!("{name}.npy"));
-            write_npy(&path, &HostTensor::from_interp(tensor))?;
-            line.push_str(&format!("  -> {}", path.display()));
-        }
-        println!("{line}");
-    }
-    Ok(())
+    let outputs: Vec<(String, HostTensor)> = evaluation
+        .outputs
+        .iter()
+        .map(|(name, t)| (name.clone(), HostTensor::from_interp(t)))
+        .collect();
+    outputs::report(&outputs, args.out.as_deref())
 }
 
 /// The value of every param and state: from the weights file when it has one, else from the
@@ -89,53 +81,4 @@ fn persistent_values(
             Some((v.name.clone(), value))
         })
         .collect()
-}
-
-/// `name: type  mean=… min=… max=…`, or `name: f32[] = v` for a scalar.
-fn summary(name: &str, t: &Tensor) -> String {
-    let fmt = |v: f64| match t.ty.dtype {
-        DType::I32 => format!("{v}"),
-        DType::F32 => format!("{v:.6}"),
-    };
-    if t.data.len() == 1 && t.ty.is_scalar() {
-        return format!("{name}: {} = {}", t.ty, fmt(t.data[0]));
-    }
-    let finite: Vec<f64> = t.data.iter().copied().filter(|v| v.is_finite()).collect();
-    let mut line = format!("{name}: {}", t.ty);
-    if !finite.is_empty() {
-        let mean = finite.iter().sum::<f64>() / finite.len() as f64;
-        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        line.push_str(&format!(
-            "  mean={:.6} min={} max={}",
-            mean,
-            fmt(min),
-            fmt(max)
-        ));
-    }
-    let nonfinite = t.data.len() - finite.len();
-    if nonfinite > 0 {
-        line.push_str(&format!("  non-finite={nonfinite}"));
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summaries() {
-        assert_eq!(
-            summary("loss", &Tensor::scalar(2.5)),
-            "loss: f32[] = 2.500000"
-        );
-        let t = Tensor::f32(vec![4], vec![1.0, -3.0, f64::NAN, 5.0]);
-        assert_eq!(
-            summary("y", &t),
-            "y: f32[4]  mean=1.000000 min=-3.000000 max=5.000000  non-finite=1"
-        );
-        let i = Tensor::i32(vec![2], vec![7, -2]);
-        assert_eq!(summary("k", &i), "k: i32[2]  mean=2.500000 min=-2 max=7");
-    }
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use sinter_ir::artifact::{Artifact, Role};
 use sinter_ir::{Graph, TensorType, ValueDef};
 use sinter_runtime::io::{HostTensor, read_npy, read_safetensors};
 
@@ -42,12 +43,98 @@ fn describe(name: &str, ty: &TensorType) -> String {
     format!("`{name}`: {ty}")
 }
 
-/// Reads every input of `graph` from `feeds`: each input exactly once, each of its declared type.
-pub fn load_inputs(graph: &Graph, feeds: &[Feed]) -> Result<HashMap<String, HostTensor>, CliError> {
-    let declared: Vec<(&str, &TensorType)> = graph
-        .inputs()
-        .map(|v| (graph.name_of(v), graph.ty(v)))
-        .collect();
+/// What a program declares, as far as feeding it goes: its inputs, its params and states, and
+/// the names of the values it computes. Built from a graph (`eval`) or from an artifact's
+/// manifest (`run`), so both commands check feeds the same way and say the same things.
+pub struct Signature<'a> {
+    /// The graph's name, for messages.
+    graph: &'a str,
+    inputs: Vec<(&'a str, &'a TensorType)>,
+    persistent: Vec<(&'a str, &'a TensorType)>,
+    computed: Vec<&'a str>,
+}
+
+impl<'a> Signature<'a> {
+    pub fn of_graph(graph: &'a Graph) -> Signature<'a> {
+        let of = |want: fn(&ValueDef) -> bool| {
+            graph
+                .values
+                .iter()
+                .filter(|v| want(&v.def))
+                .map(|v| (v.name.as_str(), &v.ty))
+                .collect::<Vec<_>>()
+        };
+        Signature {
+            graph: &graph.name,
+            inputs: of(|d| matches!(d, ValueDef::Input)),
+            persistent: of(|d| matches!(d, ValueDef::Param(_) | ValueDef::State(_))),
+            computed: of(|d| matches!(d, ValueDef::Node { .. }))
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect(),
+        }
+    }
+
+    /// From the I/O manifest: its input slots, param and state slots, and outputs.
+    pub fn of_artifact(artifact: &'a Artifact) -> Signature<'a> {
+        let of = |want: fn(Role) -> bool| {
+            artifact
+                .tensors
+                .iter()
+                .filter(|t| want(t.role))
+                .map(|t| (t.name.as_str(), &t.ty))
+                .collect::<Vec<_>>()
+        };
+        Signature {
+            graph: &artifact.graph,
+            inputs: of(|r| r == Role::Input),
+            persistent: of(|r| matches!(r, Role::Param | Role::State)),
+            computed: of(|r| r == Role::Output)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect(),
+        }
+    }
+
+    fn input(&self, name: &str) -> Option<&'a TensorType> {
+        self.inputs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, ty)| *ty)
+    }
+
+    fn persistent(&self, name: &str) -> Option<&'a TensorType> {
+        self.persistent
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, ty)| *ty)
+    }
+
+    fn unknown_input(&self, name: &str) -> String {
+        let list = if self.inputs.is_empty() {
+            "it has none".to_string()
+        } else {
+            let names: Vec<String> = self.inputs.iter().map(|(n, ty)| describe(n, ty)).collect();
+            format!("its inputs are {}", names.join(", "))
+        };
+        let graph = self.graph;
+        if self.persistent(name).is_some() {
+            format!(
+                "`{name}` is a param or state of graph `{graph}`, not an input; load it with --weights FILE.safetensors"
+            )
+        } else if self.computed.contains(&name) {
+            format!("`{name}` is computed by graph `{graph}`, not an input; {list}")
+        } else {
+            format!("`{name}` is not an input of graph `{graph}`; {list}")
+        }
+    }
+}
+
+/// Reads every input of `sig` from `feeds`: each input exactly once, each of its declared type.
+pub fn load_inputs(
+    sig: &Signature,
+    feeds: &[Feed],
+) -> Result<HashMap<String, HostTensor>, CliError> {
     let mut seen: HashMap<&str, &Path> = HashMap::new();
     for feed in feeds {
         if let Some(first) = seen.insert(&feed.name, &feed.path) {
@@ -58,11 +145,12 @@ pub fn load_inputs(graph: &Graph, feeds: &[Feed]) -> Result<HashMap<String, Host
                 feed.path.display()
             )));
         }
-        if !declared.iter().any(|(n, _)| *n == feed.name) {
-            return Err(CliError::Feed(unknown_input(graph, &feed.name, &declared)));
+        if sig.input(&feed.name).is_none() {
+            return Err(CliError::Feed(sig.unknown_input(&feed.name)));
         }
     }
-    let missing: Vec<String> = declared
+    let missing: Vec<String> = sig
+        .inputs
         .iter()
         .filter(|(n, _)| !seen.contains_key(n))
         .map(|(n, ty)| describe(n, ty))
@@ -76,37 +164,14 @@ pub fn load_inputs(graph: &Graph, feeds: &[Feed]) -> Result<HashMap<String, Host
     }
     let mut inputs = HashMap::new();
     for feed in feeds {
-        let expected = declared
-            .iter()
-            .find(|(n, _)| *n == feed.name)
-            .map(|(_, ty)| *ty)
-            .ok_or_else(|| CliError::Feed(unknown_input(graph, &feed.name, &declared)))?;
+        let expected = sig
+            .input(&feed.name)
+            .ok_or_else(|| CliError::Feed(sig.unknown_input(&feed.name)))?;
         let tensor = read_npy(&feed.path)?;
         check_type("input", &feed.name, expected, &tensor, &feed.path)?;
         inputs.insert(feed.name.clone(), tensor);
     }
     Ok(inputs)
-}
-
-fn unknown_input(graph: &Graph, name: &str, declared: &[(&str, &TensorType)]) -> String {
-    let kind = graph.lookup(name).map(|v| &graph.value(v).def);
-    let list = if declared.is_empty() {
-        "it has none".to_string()
-    } else {
-        let names: Vec<String> = declared.iter().map(|(n, ty)| describe(n, ty)).collect();
-        format!("its inputs are {}", names.join(", "))
-    };
-    match kind {
-        Some(ValueDef::Param(_) | ValueDef::State(_)) => format!(
-            "`{name}` is a param or state of graph `{}`, not an input; load it with --weights FILE.safetensors",
-            graph.name
-        ),
-        Some(ValueDef::Node { .. }) => format!(
-            "`{name}` is computed by graph `{}`, not an input; {list}",
-            graph.name
-        ),
-        _ => format!("`{name}` is not an input of graph `{}`; {list}", graph.name),
-    }
 }
 
 fn check_type(
@@ -135,25 +200,20 @@ fn check_type(
 }
 
 /// Reads the params and states found in a safetensors file. Every tensor in the file must be a
-/// param or state of `graph`, of its declared type; those the file lacks keep their initializers.
-pub fn load_weights(graph: &Graph, path: &Path) -> Result<HashMap<String, HostTensor>, CliError> {
+/// param or state of `sig`, of its declared type; those the file lacks keep their values.
+pub fn load_weights(sig: &Signature, path: &Path) -> Result<HashMap<String, HostTensor>, CliError> {
     let mut weights = HashMap::new();
     for (name, tensor) in read_safetensors(path)? {
-        let value = graph
-            .lookup(&name)
-            .map(|v| graph.value(v))
-            .filter(|v| v.is_persistent());
-        let Some(value) = value else {
-            let persistent: Vec<String> = graph
-                .values
+        let Some(expected) = sig.persistent(&name) else {
+            let persistent: Vec<String> = sig
+                .persistent
                 .iter()
-                .filter(|v| v.is_persistent())
-                .map(|v| describe(&v.name, &v.ty))
+                .map(|(n, ty)| describe(n, ty))
                 .collect();
             return Err(CliError::Feed(format!(
                 "{}: tensor `{name}` is not a param or state of graph `{}`; {}",
                 path.display(),
-                graph.name,
+                sig.graph,
                 if persistent.is_empty() {
                     "it has none".to_string()
                 } else {
@@ -161,7 +221,7 @@ pub fn load_weights(graph: &Graph, path: &Path) -> Result<HashMap<String, HostTe
                 }
             )));
         };
-        check_type("weight", &name, &value.ty, &tensor, path)?;
+        check_type("weight", &name, expected, &tensor, path)?;
         weights.insert(name, tensor);
     }
     Ok(weights)

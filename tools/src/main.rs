@@ -4,11 +4,19 @@
 //! failure is an [`error::CliError`], which knows its exit code: 0 ok, 1 the program (IR) is wrong,
 //! 2 a run-time input, file or argument is wrong. Nothing here panics on user input.
 
+mod artifact;
 mod check;
+mod compile;
+mod console;
 mod error;
 mod eval;
 mod feeds;
+mod inspect;
+mod outputs;
 mod program;
+mod run;
+mod train;
+mod units;
 
 use std::process::ExitCode;
 
@@ -20,7 +28,8 @@ use clap::{Parser, Subcommand};
     name = "sinter",
     version,
     after_help = "Exit status: 0 on success, 1 when the program (.sir) has errors, \
-                  2 for bad inputs, files or arguments."
+                  2 for bad inputs, files, artifacts or arguments (and when no GPU adapter is \
+                  available)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,6 +42,14 @@ enum Command {
     Check(check::Args),
     /// Run a program on the reference interpreter and write its outputs as .npy files.
     Eval(eval::Args),
+    /// Compile a program into an artifact (.sart) that `sinter run` executes on a GPU.
+    Compile(compile::Args),
+    /// Run a compiled artifact on the GPU and write its outputs as .npy files.
+    Run(run::Args),
+    /// Show what an artifact holds: kernels, arena map, dispatches, I/O manifest, WGSL.
+    Inspect(inspect::Args),
+    /// Train: run a training program step after step over a data set of .npy files.
+    Train(train::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +58,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => check::run(&args),
         Command::Eval(args) => eval::run(&args),
+        Command::Compile(args) => compile::run(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Train(args) => train::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

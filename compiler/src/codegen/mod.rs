@@ -13,7 +13,7 @@
 mod backward;
 mod conv;
 mod elementwise;
-mod matmul;
+pub mod matmul;
 mod rows;
 
 use std::fmt::Write;
@@ -40,7 +40,11 @@ pub struct KernelSource {
     pub workgroup_storage_bytes: u32,
 }
 
-pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::CompileError> {
+pub fn emit(
+    plan: &KernelPlan,
+    mem: &MemoryPlan,
+    options: &crate::Options,
+) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
         params: Vec::new(),
@@ -49,7 +53,7 @@ pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::
     let (body, workgroups, shared) = match plan {
         KernelPlan::Elementwise(k) => elementwise::emit(&mut e, k),
         KernelPlan::Rows(k) => rows::emit(&mut e, k),
-        KernelPlan::Matmul(k) => matmul::emit(&mut e, k)?,
+        KernelPlan::Matmul(k) => matmul::emit(&mut e, k, options.matmul_tile)?,
         KernelPlan::Conv2d(k) => conv::emit_conv(&mut e, k),
         KernelPlan::Pool2d(k) => conv::emit_pool(&mut e, k),
         KernelPlan::Gather(k) => conv::emit_gather(&mut e, k),

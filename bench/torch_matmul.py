@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""PyTorch fp32 matmul (TF32 off), timed like `sinter-bench matmul`, for the ratio table.
+
+    python3 bench/torch_matmul.py --sizes 1024,2048,4096 --repeats 20 [--json]
+
+Per size: random inputs (never zero: magnitude in [0.25, 1], either sign), `warmup` untimed
+calls, then `repeats` calls each timed with a pair of `torch.cuda.Event`s; the median is the
+kernel time. Every timed result is checked against a float64 product on the GPU (error relative
+to max |ref|). `wall_ms` is the median host time of one call plus `torch.cuda.synchronize()`;
+`wall_copy_ms` adds what `sinter-bench`'s wall time includes: copying a and b from host memory and
+c back (sinter's `Session::run` writes its inputs and reads its outputs every run).
+
+With --json, one JSON line per size on stdout (the table goes to stderr), in the format
+`bench/compare.py` reads next to `sinter-bench matmul --json`.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+PEAK_FLOPS = 67e12  # H200 fp32 FMA peak on paper (GPU.md)
+PEAK_BYTES = 4.26e12  # measured device copy bandwidth, read + write (GPU.md)
+
+
+def nonzero(n, generator, device):
+    magnitude = 0.25 + 0.75 * torch.rand(n, n, generator=generator, device=device)
+    sign = torch.randint(0, 2, (n, n), generator=generator, device=device) * 2 - 1
+    return (magnitude * sign).to(torch.float32)
+
+
+def bench(n, repeats, warmup, seed, tolerance):
+    device = torch.device("cuda")
+    gen = torch.Generator(device=device).manual_seed(seed + n)
+    a = nonzero(n, gen, device)
+    b = nonzero(n, gen, device)
+    c = torch.empty(n, n, device=device, dtype=torch.float32)
+    ref = a.double() @ b.double()
+    max_ref = ref.abs().max().item()
+
+    for _ in range(warmup):
+        torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+
+    times, worst = [], 0.0
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.mm(a, b, out=c)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))  # ms
+        worst = max(worst, ((c.double() - ref).abs().max().item()) / max_ref)
+
+    walls = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter() - t) * 1e3)
+
+    a_host, b_host = a.cpu(), b.cpu()
+    copies = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ga, gb = a_host.to(device), b_host.to(device)
+        c_host = torch.mm(ga, gb).cpu()  # .cpu() synchronizes
+        copies.append((time.perf_counter() - t) * 1e3)
+    del c_host
+
+    kernel_ms = statistics.median(times)
+    flops = 2.0 * n**3
+    flop_floor = flops / PEAK_FLOPS * 1e3
+    byte_floor = 3 * 4 * n * n / PEAK_BYTES * 1e3
+    return {
+        "bench": "matmul",
+        "impl": "torch",
+        "dtype": "f32",
+        "n": n,
+        "repeats": repeats,
+        "kernel_ms": kernel_ms,
+        "wall_ms": statistics.median(walls),
+        "wall_copy_ms": statistics.median(copies),
+        "tflops": flops / (kernel_ms * 1e-3) / 1e12,
+        "floor_ms": max(flop_floor, byte_floor),
+        "flop_floor_ms": flop_floor,
+        "byte_floor_ms": byte_floor,
+        "max_rel_err": worst,
+        "checked": n * n,
+        "ok": worst <= tolerance,
+        "adapter": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1024,2048,4096", help="comma-separated n")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tolerance", type=float, default=1e-4, help="max error / max |ref|")
+    p.add_argument("--json", action="store_true", help="JSON lines on stdout, table on stderr")
+    args = p.parse_args()
+
+    if not torch.cuda.is_available():
+        sys.exit("torch_matmul.py: no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+    table = sys.stderr if args.json else sys.stdout
+    print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, TF32 off", file=table)
+    print(f"{'n':>6}  {'kernel ms':>10}  {'TFLOP/s':>8}  {'wall ms':>9}  {'+copy ms':>9}  "
+          f"{'floor ms':>9}  {'%peak':>6}  {'max rel err':>11}", file=table)
+    wrong = False
+    for n in (int(s) for s in args.sizes.split(",") if s.strip()):
+        r = bench(n, args.repeats, args.warmup, args.seed, args.tolerance)
+        wrong |= not r["ok"]
+        print(f"{n:>6}  {r['kernel_ms']:>10.4f}  {r['tflops']:>8.2f}  {r['wall_ms']:>9.4f}  "
+              f"{r['wall_copy_ms']:>9.3f}  {r['floor_ms']:>9.4f}  "
+              f"{100 * r['floor_ms'] / r['kernel_ms']:>6.1f}  {r['max_rel_err']:>11.2e}", file=table)
+        if args.json:
+            print(json.dumps(r), flush=True)
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()

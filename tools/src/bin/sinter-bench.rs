@@ -1,0 +1,545 @@
+//! `sinter-bench`: GPU timings of compiled graphs, measured with GPU timestamp queries.
+//!
+//! - `sinter-bench matmul --sizes 1024,2048,4096 [--repeats 20]`: `c = matmul(a, b)` for square
+//!   f32 matrices, compiled through the text parser like any program; per size the median kernel
+//!   time, TFLOP/s, the wall time of a run and the floor (FLOPs over the fp32 peak, bytes over
+//!   the copy bandwidth), every run checked against a CPU reference in f64.
+//! - `sinter-bench run FILE.sart|FILE.sir [--input NAME=FILE.npy ...] [--repeats 20]`: the
+//!   per-kernel profile table of one graph (kernel, pattern, dispatches, median ms, % of the run),
+//!   to find the hot kernels. Inputs not given are random.
+//!
+//! `--json` prints one JSON line per result on stdout (the tables go to stderr), in the format
+//! `bench/compare.py` reads next to PyTorch's (`bench/torch_matmul.py`).
+//!
+//! Exit status: 0 ok, 1 a result was wrong (outside `--tolerance`), 2 anything else failed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use sinter_compiler::codegen::matmul::Tile;
+use sinter_ir::DType;
+use sinter_ir::artifact::Artifact;
+use sinter_runtime::io::{HostTensor, TensorData, read_npy};
+use sinter_runtime::{AdapterChoice, Profile, ProfileOptions, Session};
+
+/// Paper fp32 FMA peak of the H200 (GPU.md), FLOP/s.
+const PEAK_FLOPS: f64 = 67e12;
+/// Measured device copy bandwidth of the H200 (read + write), bytes/s.
+const PEAK_BYTES: f64 = 4.26e12;
+/// From this size up, a random sample of outputs is checked instead of all of them.
+const SAMPLE_FROM: usize = 2048;
+
+/// Benchmarks of sinter-compiled graphs, timed with GPU timestamps.
+#[derive(Parser)]
+#[command(name = "sinter-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Print one JSON line per result on stdout (human-readable tables go to stderr).
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// c = matmul(a, b) for square f32 matrices of each size, checked against a CPU reference.
+    Matmul(MatmulArgs),
+    /// The per-kernel GPU profile of one graph (.sart, or .sir compiled first).
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct MatmulArgs {
+    /// Matrix sizes n (a, b and c are n x n).
+    #[arg(long, value_delimiter = ',', default_value = "1024,2048,4096")]
+    sizes: Vec<usize>,
+    /// Measured runs per size (after one warm-up run).
+    #[arg(long, default_value_t = 20)]
+    repeats: u32,
+    /// Output elements checked per run from n = 2048 up (a random sample; all below).
+    #[arg(long, default_value_t = 256)]
+    samples: usize,
+    /// Largest error, relative to max |reference|, that still counts as correct.
+    #[arg(long, default_value_t = 1e-4)]
+    tolerance: f64,
+    /// Seed of the random inputs and the sample.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Largest arena binding the compiler may plan, in bytes (default: the compiler's).
+    #[arg(long)]
+    max_binding: Option<u64>,
+    /// Force a matmul block shape, BMxBNxBKxTMxTN (e.g. 128x128x16x8x8); repeat to compare.
+    #[arg(long = "tile", value_parser = Tile::parse)]
+    tiles: Vec<Tile>,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// A compiled artifact (.sart) or a program (.sir), compiled first.
+    file: PathBuf,
+    /// NAME=FILE.npy; inputs not given get random values (f32 in ±[0.25, 1], i32 zeros).
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    inputs: Vec<String>,
+    /// Measured runs (after one warm-up run).
+    #[arg(long, default_value_t = 20)]
+    repeats: u32,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Largest arena binding the compiler may plan for a .sir, in bytes.
+    #[arg(long)]
+    max_binding: Option<u64>,
+}
+
+/// Why the benchmark stopped.
+enum Failure {
+    /// A result was wrong (exit 1).
+    Wrong(String),
+    /// Anything else (exit 2).
+    Error(String),
+}
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::Error(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Output { json: cli.json };
+    let result = match &cli.command {
+        Command::Matmul(args) => matmul(args, &out),
+        Command::Run(args) => run(args, &out),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Wrong(message)) => {
+            eprintln!("sinter-bench: wrong result: {message}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Error(message)) => {
+            eprintln!("sinter-bench: error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Where results go: tables to stdout, or JSON lines to stdout and tables to stderr.
+struct Output {
+    json: bool,
+}
+
+impl Output {
+    fn table(&self, line: &str) {
+        if self.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    fn record(&self, fields: &[(&str, Json)]) {
+        if self.json {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("{}:{}", Json::Str(k.to_string()), v))
+                .collect();
+            println!("{{{}}}", body.join(","));
+        }
+    }
+}
+
+/// The few JSON values a result line holds.
+enum Json {
+    Str(String),
+    Num(f64),
+    Int(u64),
+    Bool(bool),
+    Null,
+}
+
+impl std::fmt::Display for Json {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Json::Str(s) => {
+                f.write_str("\"")?;
+                for c in s.chars() {
+                    match c {
+                        '"' => f.write_str("\\\"")?,
+                        '\\' => f.write_str("\\\\")?,
+                        c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
+                        c => write!(f, "{c}")?,
+                    }
+                }
+                f.write_str("\"")
+            }
+            Json::Num(x) if x.is_finite() => write!(f, "{x}"),
+            Json::Num(_) | Json::Null => f.write_str("null"),
+            Json::Int(n) => write!(f, "{n}"),
+            Json::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+fn opt_ms(ns: Option<f64>) -> Json {
+    ns.map_or(Json::Null, |ns| Json::Num(ns / 1e6))
+}
+
+/// splitmix64: small, seeded, good enough for benchmark inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Never zero: magnitude in [0.25, 1], either sign.
+    fn nonzero(&mut self) -> f32 {
+        let magnitude = 0.25 + 0.75 * self.unit();
+        let sign = if self.next() & 1 == 0 { 1.0 } else { -1.0 };
+        (sign * magnitude) as f32
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.unit() * n as f64) as usize % n.max(1)
+    }
+}
+
+fn choice() -> Result<AdapterChoice, Failure> {
+    Ok(AdapterChoice {
+        profiling: true,
+        ..AdapterChoice::from_env()?
+    })
+}
+
+fn compile(src: &str, file: &str, max_binding: Option<u64>) -> Result<Artifact, Failure> {
+    compile_with_tile(src, file, max_binding, None)
+}
+
+fn compile_with_tile(
+    src: &str,
+    file: &str,
+    max_binding: Option<u64>,
+    tile: Option<Tile>,
+) -> Result<Artifact, Failure> {
+    let graph = sinter_ir::text::parse(src).map_err(|d| Failure::Error(d.render(file, src)))?;
+    let mut options = sinter_compiler::Options {
+        matmul_tile: tile,
+        ..Default::default()
+    };
+    if let Some(bytes) = max_binding {
+        options.max_binding_size = bytes;
+    }
+    Ok(sinter_compiler::compile(&graph, &options)?.artifact)
+}
+
+/// Nanoseconds as milliseconds with four significant digits.
+fn ms(ns: f64) -> String {
+    let ms = ns / 1e6;
+    let digits = if ms >= 100.0 {
+        1
+    } else if ms >= 1.0 || ms.is_nan() || ms <= 0.0 {
+        3
+    } else {
+        // 0.01234 has its first digit at 10^-2: 2 + 3 decimals.
+        (3 - ms.log10().floor() as i64).clamp(3, 9) as usize
+    };
+    format!("{ms:.digits$}")
+}
+
+fn seconds(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64()
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul
+
+/// Output elements checked against a reference computed in f64.
+struct Reference {
+    /// (row-major index into c, exact value).
+    points: Vec<(usize, f64)>,
+    max_abs: f64,
+}
+
+impl Reference {
+    /// Every element (n below [`SAMPLE_FROM`]) or `samples` random ones plus two corners.
+    fn new(n: usize, a: &[f32], b: &[f32], samples: usize, rng: &mut Rng) -> Reference {
+        let points: Vec<(usize, f64)> = if n < SAMPLE_FROM {
+            let b64: Vec<f64> = b.iter().map(|&x| f64::from(x)).collect();
+            let mut c = vec![0f64; n * n];
+            for i in 0..n {
+                let row = &mut c[i * n..(i + 1) * n];
+                for k in 0..n {
+                    let aik = f64::from(a[i * n + k]);
+                    for (cj, bkj) in row.iter_mut().zip(&b64[k * n..(k + 1) * n]) {
+                        *cj += aik * bkj;
+                    }
+                }
+            }
+            c.into_iter().enumerate().collect()
+        } else {
+            let mut at = vec![0, n * n - 1];
+            at.extend((0..samples).map(|_| rng.below(n * n)));
+            at.into_iter()
+                .map(|idx| {
+                    let (i, j) = (idx / n, idx % n);
+                    let dot = (0..n)
+                        .map(|k| f64::from(a[i * n + k]) * f64::from(b[k * n + j]))
+                        .sum();
+                    (idx, dot)
+                })
+                .collect()
+        };
+        let max_abs = points.iter().fold(0f64, |m, &(_, v)| m.max(v.abs()));
+        Reference { points, max_abs }
+    }
+
+    /// Largest |got - exact| over the checked elements, relative to max |exact|.
+    fn error(&self, got: &[f32]) -> f64 {
+        let worst = self.points.iter().fold(0f64, |m, &(idx, exact)| {
+            let e = (f64::from(got[idx]) - exact).abs();
+            if e.is_nan() { f64::INFINITY } else { m.max(e) }
+        });
+        worst / self.max_abs.max(f64::MIN_POSITIVE)
+    }
+}
+
+fn f32_data<'a>(outputs: &'a sinter_runtime::Outputs, name: &str) -> Option<&'a [f32]> {
+    match &outputs.get(name)?.data {
+        TensorData::F32(v) => Some(v),
+        TensorData::I32(_) => None,
+    }
+}
+
+fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
+    let mut wrong = Vec::new();
+    let tiles: Vec<Option<Tile>> = if args.tiles.is_empty() {
+        vec![None]
+    } else {
+        args.tiles.iter().copied().map(Some).collect()
+    };
+    let runs: Vec<(usize, Option<Tile>)> = args
+        .sizes
+        .iter()
+        .flat_map(|&n| tiles.iter().map(move |&t| (n, t)))
+        .collect();
+    for (i, (n, tile)) in runs.into_iter().enumerate() {
+        if n == 0 {
+            return Err(Failure::Error("sizes must be positive".into()));
+        }
+        let src = format!(
+            "graph matmul_{n} {{\n  input a: f32[{n}, {n}]\n  input b: f32[{n}, {n}]\n  \
+             c = matmul(a, b)\n  output c\n}}\n"
+        );
+        let t = Instant::now();
+        let artifact = compile_with_tile(&src, "matmul.sir", args.max_binding, tile)?;
+        let compile_s = seconds(t);
+        let tile_name = tile.map_or_else(|| "default".to_string(), |t| t.to_string());
+        let arenas = artifact.arenas.len();
+        let t = Instant::now();
+        let mut session = Session::load_with(artifact, &choice()?)?;
+        let load_s = seconds(t);
+
+        let mut rng = Rng(args.seed ^ (n as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let random = |rng: &mut Rng| (0..n * n).map(|_| rng.nonzero()).collect::<Vec<f32>>();
+        let a = random(&mut rng);
+        let b = random(&mut rng);
+        let t = Instant::now();
+        let reference = Reference::new(n, &a, &b, args.samples.max(256), &mut rng);
+        let reference_s = seconds(t);
+        let a = HostTensor::f32(vec![n, n], a);
+        let b = HostTensor::f32(vec![n, n], b);
+
+        let mut worst = 0f64;
+        let mut checked_runs = 0u32;
+        let profile = session.profile_each(
+            &[("a", &a), ("b", &b)],
+            &ProfileOptions::new(args.repeats),
+            |_, outputs| {
+                let err = f32_data(outputs, "c").map_or(f64::INFINITY, |c| reference.error(c));
+                worst = worst.max(err);
+                checked_runs += 1;
+            },
+        )?;
+        let flops = 2.0 * (n as f64).powi(3);
+        let flop_floor = flops / PEAK_FLOPS * 1e9;
+        let byte_floor = 3.0 * 4.0 * (n as f64).powi(2) / PEAK_BYTES * 1e9;
+        let floor_ns = flop_floor.max(byte_floor);
+        let kernel_ns = profile.busy_ns;
+        let tflops = flops / kernel_ns / 1e3;
+        let ok = worst <= args.tolerance;
+        if i == 0 {
+            eprintln!("# {} ({})", profile.adapter, profile.mode);
+            out.table(&format!(
+                "{:>6}  {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>11}  {:>8}",
+                "n",
+                "kernel ms",
+                "TFLOP/s",
+                "gpu ms",
+                "wall ms",
+                "floor ms",
+                "%peak",
+                "max rel err",
+                "checked"
+            ));
+        }
+        out.table(&format!(
+            "{:>6}  {:>10}  {:>8.3}  {:>9}  {:>9}  {:>9}  {:>6.1}  {:>11.2e}  {:>8}",
+            n,
+            ms(kernel_ns),
+            tflops,
+            ms(profile.gpu_ns),
+            ms(profile.wall_ns.unwrap_or(f64::NAN)),
+            ms(floor_ns),
+            100.0 * floor_ns / kernel_ns,
+            worst,
+            format!("{}x{}", reference.points.len(), checked_runs),
+        ));
+        eprintln!(
+            "#   n={n} tile {tile_name}: {} dispatch(es), {} kernel(s), {arenas} arena(s); compile {compile_s:.2} s, \
+             load {load_s:.2} s, reference {reference_s:.2} s; floor: FLOPs {} ms, bytes {} ms",
+            profile.dispatches.len(),
+            profile.kernels.len(),
+            ms(flop_floor),
+            ms(byte_floor),
+        );
+        out.record(&[
+            ("bench", Json::Str("matmul".into())),
+            ("impl", Json::Str("sinter".into())),
+            ("dtype", Json::Str("f32".into())),
+            ("n", Json::Int(n as u64)),
+            ("tile", Json::Str(tile_name.clone())),
+            ("repeats", Json::Int(u64::from(args.repeats))),
+            ("kernel_ms", Json::Num(kernel_ns / 1e6)),
+            ("gpu_ms", Json::Num(profile.gpu_ns / 1e6)),
+            ("wall_ms", opt_ms(profile.wall_ns)),
+            ("tflops", Json::Num(tflops)),
+            ("floor_ms", Json::Num(floor_ns / 1e6)),
+            ("flop_floor_ms", Json::Num(flop_floor / 1e6)),
+            ("byte_floor_ms", Json::Num(byte_floor / 1e6)),
+            ("dispatches", Json::Int(profile.dispatches.len() as u64)),
+            ("max_rel_err", Json::Num(worst)),
+            ("checked", Json::Int(reference.points.len() as u64)),
+            ("ok", Json::Bool(ok)),
+            ("timestamps", Json::Str(format!("{:?}", profile.mode))),
+            ("adapter", Json::Str(profile.adapter.clone())),
+        ]);
+        if !ok {
+            wrong.push(format!(
+                "n={n}: max error {worst:.3e} of max |ref| exceeds {:e}",
+                args.tolerance
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Wrong(wrong.join("; ")))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+
+fn load_artifact(path: &Path, max_binding: Option<u64>) -> Result<Artifact, Failure> {
+    if path.extension().is_some_and(|e| e == "sir") {
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| Failure::Error(format!("cannot read {}: {e}", path.display())))?;
+        compile(&src, &path.display().to_string(), max_binding)
+    } else {
+        Ok(sinter_runtime::read_artifact(path)?)
+    }
+}
+
+fn run(args: &RunArgs, out: &Output) -> Result<(), Failure> {
+    let t = Instant::now();
+    let artifact = load_artifact(&args.file, args.max_binding)?;
+    let prepare_s = seconds(t);
+    let mut given: Vec<(String, HostTensor)> = Vec::new();
+    for spec in &args.inputs {
+        let Some((name, file)) = spec
+            .split_once('=')
+            .filter(|(n, f)| !n.is_empty() && !f.is_empty())
+        else {
+            return Err(Failure::Error(format!(
+                "--input expects NAME=FILE.npy, got `{spec}`"
+            )));
+        };
+        given.push((name.to_string(), read_npy(Path::new(file))?));
+    }
+    let mut rng = Rng(args.seed);
+    let mut generated = Vec::new();
+    for slot in artifact.slots(sinter_ir::artifact::Role::Input) {
+        if given.iter().any(|(n, _)| n == &slot.name) {
+            continue;
+        }
+        let shape = slot.ty.shape.clone();
+        let count: usize = shape.iter().product();
+        let tensor = match slot.ty.dtype {
+            DType::F32 => HostTensor::f32(shape, (0..count).map(|_| rng.nonzero()).collect()),
+            DType::I32 => HostTensor::i32(shape, vec![0; count]),
+        };
+        generated.push(slot.name.clone());
+        given.push((slot.name.clone(), tensor));
+    }
+    if !generated.is_empty() {
+        eprintln!("# random inputs: {}", generated.join(", "));
+    }
+    let t = Instant::now();
+    let mut session = Session::load_with(artifact, &choice()?)?;
+    let load_s = seconds(t);
+    let feeds: Vec<(&str, &HostTensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let profile = session.profile(&feeds, args.repeats)?;
+    eprintln!(
+        "# {}: {} in {prepare_s:.2} s, loaded in {load_s:.2} s",
+        args.file.display(),
+        if args.file.extension().is_some_and(|e| e == "sir") {
+            "compiled"
+        } else {
+            "read"
+        },
+    );
+    out.table(&profile.to_string());
+    record_run(&args.file, &profile, out);
+    Ok(())
+}
+
+fn record_run(file: &Path, p: &Profile, out: &Output) {
+    let file = file.display().to_string();
+    let share = |ns: f64| if p.gpu_ns > 0.0 { ns / p.gpu_ns } else { 0.0 };
+    for k in &p.kernels {
+        out.record(&[
+            ("bench", Json::Str("run".into())),
+            ("file", Json::Str(file.clone())),
+            ("kernel", Json::Str(k.name.clone())),
+            ("pattern", Json::Str(k.pattern.clone())),
+            ("dispatches", Json::Int(k.dispatches as u64)),
+            ("median_ms", Json::Num(k.median_ns / 1e6)),
+            ("share", Json::Num(share(k.median_ns))),
+        ]);
+    }
+    out.record(&[
+        ("bench", Json::Str("run".into())),
+        ("file", Json::Str(file)),
+        ("kernel", Json::Null),
+        ("repeats", Json::Int(u64::from(p.repeats))),
+        ("dispatches", Json::Int(p.dispatches.len() as u64)),
+        ("gpu_ms", Json::Num(p.gpu_ns / 1e6)),
+        ("busy_ms", Json::Num(p.busy_ns / 1e6)),
+        ("wall_ms", opt_ms(p.wall_ns)),
+        ("timestamps", Json::Str(format!("{:?}", p.mode))),
+        ("adapter", Json::Str(p.adapter.clone())),
+    ]);
+}

@@ -1,0 +1,404 @@
+//! `sinter inspect FILE.sart [--kernel NAME_OR_INDEX] [--json]`: what an artifact holds: its
+//! kernels (and the source ops each covers), the arena map, the dispatches and the I/O manifest;
+//! or one kernel's WGSL.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use sinter_ir::artifact::{Artifact, FORMAT_VERSION, Kernel, Role};
+
+use crate::error::CliError;
+use crate::{artifact, console, units};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The compiled artifact (from `sinter compile`).
+    file: PathBuf,
+    /// Print one kernel's WGSL: its index (as listed) or its name.
+    #[arg(short, long, value_name = "NAME_OR_INDEX")]
+    kernel: Option<String>,
+    /// Print JSON instead: `{"kernels": [{"name", "pattern", "ops", …}], "arena_bytes",
+    /// "dispatches", …}`, or with --kernel that kernel as an object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &Args) -> Result<(), CliError> {
+    let artifact = artifact::read(&args.file)?;
+    let text = match &args.kernel {
+        Some(wanted) => {
+            let index = find_kernel(&artifact, wanted, &args.file)?;
+            if args.json {
+                json_text(&kernel_json(&artifact, index, true))
+            } else {
+                let mut wgsl = artifact.kernels[index].wgsl.clone();
+                if !wgsl.ends_with('\n') {
+                    wgsl.push('\n');
+                }
+                wgsl
+            }
+        }
+        None if args.json => json_text(&artifact_json(&artifact)),
+        None => listing(&artifact, &args.file),
+    };
+    console::print(&text)
+}
+
+fn find_kernel(artifact: &Artifact, wanted: &str, file: &Path) -> Result<usize, CliError> {
+    let count = artifact.kernels.len();
+    if let Ok(index) = wanted.parse::<usize>() {
+        return if index < count {
+            Ok(index)
+        } else {
+            Err(CliError::Arg(format!(
+                "kernel index {index} is out of range: {} has {count} kernel{}{}",
+                file.display(),
+                if count == 1 { "" } else { "s" },
+                if count == 0 {
+                    String::new()
+                } else {
+                    format!(" (0..={})", count - 1)
+                }
+            )))
+        };
+    }
+    artifact
+        .kernels
+        .iter()
+        .position(|k| k.name == wanted)
+        .ok_or_else(|| {
+            let names: Vec<&str> = artifact.kernels.iter().map(|k| k.name.as_str()).collect();
+            CliError::Arg(format!(
+                "{} has no kernel named `{wanted}`; its kernels are {}",
+                file.display(),
+                if names.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
+        })
+}
+
+fn dispatch_count(artifact: &Artifact, kernel: usize) -> usize {
+    artifact
+        .dispatches
+        .iter()
+        .filter(|d| d.kernel as usize == kernel)
+        .count()
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Input => "input",
+        Role::Output => "output",
+        Role::Param => "param",
+        Role::State => "state",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+
+fn json_text(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("JSON values serialize");
+    text.push('\n');
+    text
+}
+
+fn kernel_json(artifact: &Artifact, index: usize, with_wgsl: bool) -> Value {
+    let k: &Kernel = &artifact.kernels[index];
+    let mut value = json!({
+        "index": index,
+        "name": k.name,
+        "pattern": k.pattern,
+        "ops": k.ops,
+        "dispatches": dispatch_count(artifact, index),
+        "entry_point": k.entry_point,
+        "workgroup_size": k.workgroup_size,
+        "arena_bindings": k.arena_bindings,
+        "loops_bounded": k.loops_bounded,
+    });
+    if with_wgsl {
+        value["wgsl"] = json!(k.wgsl);
+    }
+    value
+}
+
+fn artifact_json(artifact: &Artifact) -> Value {
+    let memory = &artifact.memory;
+    let kernels: Vec<Value> = (0..artifact.kernels.len())
+        .map(|i| kernel_json(artifact, i, false))
+        .collect();
+    let tensors: Vec<Value> = artifact
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "role": role_name(t.role),
+                "type": t.ty.to_string(),
+                "dtype": t.ty.dtype.to_string(),
+                "shape": t.ty.shape,
+                "arena": t.arena,
+                "offset": t.offset,
+                "size_bytes": t.size_bytes(),
+            })
+        })
+        .collect();
+    json!({
+        "graph": artifact.graph,
+        "format_version": FORMAT_VERSION,
+        "kernels": kernels,
+        "arena_bytes": memory.peak_bytes,
+        "lower_bound_bytes": memory.lower_bound_bytes,
+        "arenas": artifact.arenas.iter().map(|a| a.size_bytes).collect::<Vec<_>>(),
+        "dispatches": artifact.dispatches.len(),
+        "buffers": memory.buffers,
+        "tensors": tensors,
+        "assigns": artifact.assigns,
+        "requirements": artifact.requirements,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// the human listing
+
+/// Column alignment for [`table`].
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// Rows under a header, columns padded to their widest cell, indented by two spaces; the last
+/// column is not padded.
+fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let heading: Vec<String> = header.iter().map(|(h, _)| h.to_string()).collect();
+    for row in std::iter::once(&heading).chain(rows) {
+        let mut line = String::from(" ");
+        for (i, cell) in row.iter().enumerate() {
+            let (w, align) = (widths[i], header[i].1);
+            let last = i + 1 == row.len();
+            line.push(' ');
+            match align {
+                Align::Left if last => line.push_str(cell),
+                Align::Left => line.push_str(&format!("{cell:<w$}")),
+                Align::Right => line.push_str(&format!("{cell:>w$}")),
+            }
+            line.push(' ');
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn listing(artifact: &Artifact, file: &Path) -> String {
+    use Align::{Left, Right};
+    let mut s = String::new();
+    let memory = &artifact.memory;
+    let _ = writeln!(
+        s,
+        "{}: graph `{}`, artifact format version {FORMAT_VERSION}",
+        file.display(),
+        artifact.graph
+    );
+
+    let r = &artifact.requirements;
+    let features = if r.features.is_empty() {
+        "none".to_string()
+    } else {
+        r.features.join(", ")
+    };
+    let _ = writeln!(s, "\nrequirements: features {features}");
+    let limits = [
+        (
+            "max_storage_buffer_binding_size",
+            r.max_storage_buffer_binding_size,
+        ),
+        ("max_buffer_size", r.max_buffer_size),
+        (
+            "max_storage_buffers_per_shader_stage",
+            r.max_storage_buffers_per_shader_stage.into(),
+        ),
+        (
+            "max_compute_workgroup_storage_size",
+            r.max_compute_workgroup_storage_size.into(),
+        ),
+        (
+            "max_compute_invocations_per_workgroup",
+            r.max_compute_invocations_per_workgroup.into(),
+        ),
+        (
+            "max_compute_workgroup_size_x",
+            r.max_compute_workgroup_size_x.into(),
+        ),
+        (
+            "max_compute_workgroups_per_dimension",
+            r.max_compute_workgroups_per_dimension.into(),
+        ),
+        (
+            "max_uniform_buffer_binding_size",
+            r.max_uniform_buffer_binding_size,
+        ),
+    ];
+    let rows: Vec<Vec<String>> = limits
+        .iter()
+        .map(|(name, v)| vec![name.to_string(), v.to_string()])
+        .collect();
+    s.push_str(&table(&[("limit", Left), ("at least", Right)], &rows));
+
+    let _ = writeln!(s, "\nkernels: {}", artifact.kernels.len());
+    let rows: Vec<Vec<String>> = artifact
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            vec![
+                i.to_string(),
+                k.name.clone(),
+                k.pattern.clone(),
+                dispatch_count(artifact, i).to_string(),
+                k.ops.join("; "),
+            ]
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("#", Right),
+            ("name", Left),
+            ("pattern", Left),
+            ("dispatches", Right),
+            ("source ops", Left),
+        ],
+        &rows,
+    ));
+
+    let arenas: Vec<String> = artifact
+        .arenas
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("arena {i}: {} bytes", a.size_bytes))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\narena map: peak {} bytes ({}), lower bound {} bytes ({}), peak/lower bound {}",
+        memory.peak_bytes,
+        units::bytes(memory.peak_bytes),
+        memory.lower_bound_bytes,
+        units::bytes(memory.lower_bound_bytes),
+        units::ratio(memory.peak_bytes, memory.lower_bound_bytes),
+    );
+    let _ = writeln!(s, "  {}", arenas.join(", "));
+    let mut buffers: Vec<_> = memory.buffers.iter().collect();
+    buffers.sort_by_key(|b| (b.arena, b.offset, b.live));
+    let rows: Vec<Vec<String>> = buffers
+        .iter()
+        .map(|b| {
+            vec![
+                b.arena.to_string(),
+                b.offset.to_string(),
+                b.size_bytes.to_string(),
+                format!("{}..={}", b.live.0, b.live.1),
+                b.label.clone(),
+            ]
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("arena", Right),
+            ("offset", Right),
+            ("bytes", Right),
+            ("live", Right),
+            ("label", Left),
+        ],
+        &rows,
+    ));
+
+    let _ = writeln!(s, "\ndispatches: {}", artifact.dispatches.len());
+
+    let _ = writeln!(s, "\ntensors: {}", artifact.tensors.len());
+    let rows: Vec<Vec<String>> = artifact
+        .tensors
+        .iter()
+        .map(|t| {
+            vec![
+                role_name(t.role).to_string(),
+                t.name.clone(),
+                t.ty.to_string(),
+                t.arena.to_string(),
+                t.offset.to_string(),
+            ]
+        })
+        .collect();
+    s.push_str(&table(
+        &[
+            ("role", Left),
+            ("name", Left),
+            ("type", Left),
+            ("arena", Right),
+            ("offset", Right),
+        ],
+        &rows,
+    ));
+
+    if !artifact.assigns.is_empty() {
+        let _ = writeln!(s, "\nassigns after each run: {}", artifact.assigns.len());
+        let rows: Vec<Vec<String>> = artifact
+            .assigns
+            .iter()
+            .map(|a| {
+                vec![
+                    a.target.clone(),
+                    format!("{} @ {}", a.source_arena, a.source_offset),
+                    format!("{} @ {}", a.target_arena, a.target_offset),
+                    a.bytes.to_string(),
+                ]
+            })
+            .collect();
+        s.push_str(&table(
+            &[
+                ("target", Left),
+                ("from arena @ offset", Right),
+                ("to arena @ offset", Right),
+                ("bytes", Right),
+            ],
+            &rows,
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let rows = vec![
+            vec!["0".to_string(), "k0_matmul".to_string(), "a; b".to_string()],
+            vec!["10".to_string(), "k10".to_string(), "c".to_string()],
+        ];
+        let t = table(
+            &[
+                ("#", Align::Right),
+                ("name", Align::Left),
+                ("ops", Align::Left),
+            ],
+            &rows,
+        );
+        assert_eq!(
+            t,
+            "   #  name       ops\n   0  k0_matmul  a; b\n  10  k10        c\n"
+        );
+    }
+}

@@ -1,0 +1,344 @@
+//! `sinter train FILE.sir|FILE.sart --data DIR --steps N …`: run a training program step after
+//! step over a data set on the GPU, reading the loss back only every K steps.
+//!
+//! A `.sir` file is compiled first (as `sinter compile` would). Each step feeds the next batch
+//! of samples ([`data`]) and submits one run that reads nothing back, so steps queue up on the
+//! GPU back to back; every K steps (and at the last) the run also reads the loss output, which
+//! waits for the steps before it. That loss goes to the progress bar and the CSV log. With
+//! `--eval`, a forward-only program scores the params on held-out data ([`eval`]).
+
+mod data;
+mod eval;
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sinter_ir::TensorType;
+use sinter_ir::artifact::{Artifact, Role};
+use sinter_runtime::Session;
+use sinter_runtime::io::{HostTensor, TensorData};
+
+use crate::error::CliError;
+use crate::feeds::{self, Feed};
+use crate::{artifact, console, program, units};
+use data::{DataSet, Order};
+use eval::{AccuracySpec, Evaluator};
+
+#[derive(clap::Args)]
+#[command(after_long_help = TRAIN_HELP)]
+pub struct Args {
+    /// The training program: a .sir file (compiled first) or a compiled .sart artifact. Its
+    /// `assign`s (e.g. from `train LOSS with adamw(...)`) update the params every step.
+    file: PathBuf,
+    /// Directory with one NAME.npy per batched input NAME: an input of type [B, rest...] reads
+    /// [S, rest...] samples (S >= B, the same S for every input).
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    /// Number of training steps (one batch each).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    steps: u64,
+    /// An input fed whole, the same every step, instead of batched from --data (for scalars
+    /// and other inputs without a sample dimension). Repeat for each.
+    #[arg(short, long = "input", value_name = "NAME=FILE", value_parser = feeds::parse_feed)]
+    inputs: Vec<Feed>,
+    /// The output holding the loss (a scalar).
+    #[arg(long, value_name = "NAME", default_value = "loss")]
+    loss: String,
+    /// Read the loss back every K steps (and after the last): shown in the progress bar and
+    /// written to --log. Steps in between read nothing back.
+    #[arg(long, value_name = "K", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    log_every: u64,
+    /// Write `step,loss,elapsed_s` to this CSV file every K steps (--log-every).
+    #[arg(long, value_name = "FILE.csv")]
+    log: Option<PathBuf>,
+    /// Shuffle the samples every epoch, from this seed (default: file order).
+    #[arg(long, value_name = "S")]
+    shuffle_seed: Option<u64>,
+    /// Params and states to start from, by name; those the file lacks keep their initial
+    /// values.
+    #[arg(short, long, value_name = "FILE.safetensors")]
+    weights: Option<PathBuf>,
+    /// After training, write every param and state (optimizer moments included) here.
+    #[arg(long, value_name = "FILE.safetensors")]
+    save_weights: Option<PathBuf>,
+    /// A forward-only program (.sir or .sart) to score the params on held-out data: same param
+    /// names, no `train`/`assign`. Its loss output (--loss) is averaged over the batches.
+    #[arg(long, value_name = "FILE", requires = "eval_data")]
+    eval: Option<PathBuf>,
+    /// Held-out data for --eval, laid out as --data for the eval program's inputs.
+    #[arg(long, value_name = "DIR", requires = "eval")]
+    eval_data: Option<PathBuf>,
+    /// Also evaluate every K steps (default: only after the last step).
+    #[arg(long, value_name = "K", requires = "eval",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    eval_every: Option<u64>,
+    /// With --eval: report the share of rows of the output LOGITS ([..., classes]) whose largest
+    /// entry is at the class the input LABELS (i32) gives.
+    #[arg(long, value_name = "LOGITS=LABELS", requires = "eval",
+          value_parser = eval::parse_accuracy)]
+    accuracy: Option<AccuracySpec>,
+}
+
+const TRAIN_HELP: &str = "\
+Data: for every input NAME of type [B, rest...], DIR/NAME.npy holds [S, rest...] samples of the \
+same dtype (f32 or i32, C order), S >= B and the same S for every input. Each step takes B \
+samples, the same indices from every file; an epoch takes S/B batches, in file order or \
+shuffled per epoch with --shuffle-seed (the S mod B samples left over are skipped that epoch). \
+Inputs without a batch dimension (scalars) must be given with --input.
+
+Output: a progress bar on stderr (when it is a terminal) with the step, the last loss read and \
+steps/s; on stdout a summary with the final loss and throughput, held-out scores and where \
+weights went.
+
+Example:
+  sinter train ir-spec/examples/digits_mlp.sir --data ir-spec/examples/data/digits/train \\
+    --steps 1500 --shuffle-seed 1 --log loss.csv --save-weights digits.safetensors \\
+    --eval ir-spec/examples/digits_mlp_eval.sir --eval-data ir-spec/examples/data/digits/test \\
+    --accuracy logits=labels";
+
+pub fn run(args: &Args) -> Result<(), CliError> {
+    let artifact = load(&args.file)?;
+    let inputs = slots(&artifact, Role::Input);
+    let fixed = args
+        .inputs
+        .iter()
+        .map(|f| data::read_fixed(&f.name, &f.path, &inputs))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut data = DataSet::load(&args.data, &inputs, fixed.clone())?;
+    check_loss(&artifact, &args.loss)?;
+    let trained = slots(&artifact, Role::Param);
+    let graph = artifact.graph.clone();
+    let mut evaluator = match (&args.eval, &args.eval_data) {
+        (Some(file), Some(dir)) => Some(Evaluator::new(
+            load(file)?,
+            dir,
+            &fixed,
+            &args.loss,
+            args.accuracy.clone(),
+            &trained,
+        )?),
+        _ => None,
+    };
+    let mut log = args.log.as_deref().map(LossLog::create).transpose()?;
+
+    let mut session = Session::load(artifact)?;
+    if let Some(path) = &args.weights {
+        session.load_weights_file(path)?;
+    }
+    let order = args.shuffle_seed.map_or(Order::InOrder, Order::Shuffled);
+    console::println(&describe_run(&graph, &session, &data, args))?;
+
+    let bar = progress_bar(args.steps);
+    let loss_name = [args.loss.as_str()];
+    let start = Instant::now();
+    let mut last: Option<(u64, f64)> = None;
+    let mut warned_nonfinite = false;
+    for step in 1..=args.steps {
+        let read_loss = step % args.log_every == 0 || step == args.steps;
+        let feeds = data.batch(step as usize - 1, order);
+        let read: &[&str] = if read_loss { &loss_name } else { &[] };
+        let outputs = session.run_reading(&feeds, read)?;
+        bar.inc(1);
+        if let Some(t) = outputs.get(&args.loss) {
+            let loss = scalar(t);
+            let elapsed = start.elapsed();
+            last = Some((step, loss));
+            bar.set_message(format!("loss {loss:.4}"));
+            if let Some(log) = &mut log {
+                log.write(step, loss, elapsed)?;
+            }
+            if !loss.is_finite() && !warned_nonfinite {
+                warned_nonfinite = true;
+                bar.suspend(|| {
+                    eprintln!("warning: the loss is {loss} at step {step}; training diverged")
+                });
+            }
+        }
+        if let (Some(ev), Some(k)) = (&mut evaluator, args.eval_every)
+            && step % k == 0
+            && step != args.steps
+        {
+            let score = ev.run(&session)?;
+            bar.suspend(|| {
+                console::println(&format!("eval at step {step}: {}", score.describe()))
+            })?;
+        }
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
+
+    let per_epoch = data.batches_per_epoch() as f64;
+    let mut summary = format!(
+        "trained {} steps ({:.1} epochs) in {}: {:.1} steps/s",
+        args.steps,
+        args.steps as f64 / per_epoch,
+        units::duration(elapsed),
+        args.steps as f64 / elapsed.as_secs_f64().max(1e-9),
+    );
+    if let Some((step, loss)) = last {
+        summary.push_str(&format!("; loss {loss:.4} at step {step}"));
+    }
+    console::println(&summary)?;
+    if let Some(log) = log {
+        log.finish()?;
+    }
+    if let Some(ev) = &mut evaluator {
+        let score = ev.run(&session)?;
+        let dir = args.eval_data.as_deref().unwrap_or(Path::new("?"));
+        console::println(&format!("eval on {}: {}", dir.display(), score.describe()))?;
+    }
+    if let Some(path) = &args.save_weights {
+        session.save_weights(path)?;
+        let count = session
+            .artifact()
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.role, Role::Param | Role::State))
+            .count();
+        console::println(&format!(
+            "saved {count} params and states -> {}",
+            path.display()
+        ))?;
+    }
+    Ok(())
+}
+
+/// A `.sir` program compiled, or a `.sart` artifact read.
+fn load(path: &Path) -> Result<Artifact, CliError> {
+    if path.extension().is_some_and(|e| e == "sir") {
+        let graph = program::load(path)?;
+        let options = sinter_compiler::Options::default();
+        Ok(sinter_compiler::compile(&graph, &options)?.artifact)
+    } else {
+        artifact::read(path)
+    }
+}
+
+fn slots(artifact: &Artifact, role: Role) -> Vec<(String, TensorType)> {
+    artifact
+        .slots(role)
+        .map(|s| (s.name.clone(), s.ty.clone()))
+        .collect()
+}
+
+/// The loss must be a one-element f32 output.
+fn check_loss(artifact: &Artifact, name: &str) -> Result<(), CliError> {
+    let outputs = slots(artifact, Role::Output);
+    match outputs.iter().find(|(n, _)| n == name) {
+        Some((_, ty)) if ty.dtype.is_float() && ty.numel() == 1 => Ok(()),
+        Some((_, ty)) => Err(CliError::Arg(format!(
+            "the loss output `{name}` must be a scalar f32, but it is {ty}"
+        ))),
+        None => {
+            let list: Vec<String> = outputs
+                .iter()
+                .map(|(n, ty)| format!("`{n}`: {ty}"))
+                .collect();
+            Err(CliError::Arg(format!(
+                "program `{}` has no output `{name}` to read the loss from; name the loss \
+                 output with --loss NAME (its outputs: {})",
+                artifact.graph,
+                if list.is_empty() {
+                    "none".to_string()
+                } else {
+                    list.join(", ")
+                }
+            )))
+        }
+    }
+}
+
+/// `training `digits_mlp` on ADAPTER: 1497 samples of `x`, `labels` in batches of 32 (46 per
+/// epoch, shuffled with seed 1); loss read every 10 steps`
+fn describe_run(graph: &str, session: &Session, data: &DataSet, args: &Args) -> String {
+    let batched: Vec<String> = session
+        .inputs()
+        .filter(|s| !args.inputs.iter().any(|f| f.name == s.name))
+        .map(|s| format!("`{}`", s.name))
+        .collect();
+    let order = match args.shuffle_seed {
+        Some(seed) => format!("shuffled with seed {seed}"),
+        None => "in file order".to_string(),
+    };
+    let data = if batched.is_empty() {
+        "no batched inputs".to_string()
+    } else {
+        format!(
+            "{} samples of {} in batches of {} ({} per epoch, {order})",
+            data.samples(),
+            batched.join(", "),
+            data.batch_size(),
+            data.batches_per_epoch()
+        )
+    };
+    format!(
+        "training `{graph}` on {}: {data}; loss read every {} steps",
+        session.gpu().describe(),
+        args.log_every
+    )
+}
+
+fn progress_bar(steps: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(steps);
+    let style = ProgressStyle::with_template(
+        "{bar:30.cyan/blue} step {pos}/{len}  {msg}  {per_sec:.1}  eta {eta}",
+    )
+    .expect("the template is valid");
+    bar.set_style(style);
+    bar
+}
+
+fn scalar(t: &HostTensor) -> f64 {
+    match &t.data {
+        TensorData::F32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
+        TensorData::I32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
+    }
+}
+
+/// The CSV loss log: `step,loss,elapsed_s`, one row per loss read, flushed as it goes.
+struct LossLog {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl LossLog {
+    fn create(path: &Path) -> Result<LossLog, CliError> {
+        let file = File::create(path).map_err(|source| CliError::WriteFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut log = LossLog {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+        };
+        log.line("step,loss,elapsed_s")?;
+        Ok(log)
+    }
+
+    fn write(&mut self, step: u64, loss: f64, elapsed: Duration) -> Result<(), CliError> {
+        self.line(&format!("{step},{loss},{:.6}", elapsed.as_secs_f64()))
+    }
+
+    fn line(&mut self, line: &str) -> Result<(), CliError> {
+        writeln!(self.out, "{line}")
+            .and_then(|()| self.out.flush())
+            .map_err(|source| CliError::WriteFile {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn finish(mut self) -> Result<(), CliError> {
+        self.out.flush().map_err(|source| CliError::WriteFile {
+            path: self.path,
+            source,
+        })
+    }
+}
