@@ -60,6 +60,9 @@ fn examples_round_trip_through_the_printer() {
 fn examples_evaluate_to_finite_outputs() {
     for (path, src) in examples() {
         let graph = sinter_ir::expand::expand_composites(&parse(&path, &src));
+        let graph = sinter_compiler::autodiff::differentiate(&graph)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .graph;
         let mut inputs = HashMap::new();
         let mut persistent = HashMap::new();
         let mut state = 1u64;

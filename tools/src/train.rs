@@ -15,7 +15,7 @@ use std::io::{BufWriter, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sinter_ir::TensorType;
 use sinter_ir::artifact::{Artifact, Role};
 use sinter_runtime::Session;
@@ -96,7 +96,7 @@ weights went.
 
 Example:
   sinter train ir-spec/examples/digits_mlp.sir --data ir-spec/examples/data/digits/train \\
-    --steps 1500 --shuffle-seed 1 --log loss.csv --save-weights digits.safetensors \\
+    --steps 1000 --shuffle-seed 1 --log loss.csv --save-weights digits.safetensors \\
     --eval ir-spec/examples/digits_mlp_eval.sir --eval-data ir-spec/examples/data/digits/test \\
     --accuracy logits=labels";
 
@@ -288,9 +288,15 @@ fn progress_bar(steps: u64) -> ProgressBar {
     }
     let bar = ProgressBar::new(steps);
     let style = ProgressStyle::with_template(
-        "{bar:30.cyan/blue} step {pos}/{len}  {msg}  {per_sec:.1}  eta {eta}",
+        "{bar:30.cyan/blue} step {pos}/{len}  {msg}  {rate}  eta {eta}",
     )
-    .expect("the template is valid");
+    .expect("the template is valid")
+    .with_key(
+        "rate",
+        |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.1} steps/s", state.per_sec());
+        },
+    );
     bar.set_style(style);
     bar
 }
@@ -323,6 +329,8 @@ impl LossLog {
     }
 
     fn write(&mut self, step: u64, loss: f64, elapsed: Duration) -> Result<(), CliError> {
+        // The loss was an f32 on the GPU: its shortest round-trip form.
+        let loss = loss as f32;
         self.line(&format!("{step},{loss},{:.6}", elapsed.as_secs_f64()))
     }
 
