@@ -444,18 +444,14 @@ impl Lowering<'_> {
                     None => None,
                 };
                 let dst = self.temp(out);
-                let pair = |name: &str| {
-                    let v = node.attrs.usizes(name);
-                    [v[0], v[1]]
-                };
                 let plan = crate::kernel::Conv2d {
                     x,
                     w,
                     bias,
                     out: dst.clone(),
-                    stride: pair("stride"),
-                    padding: pair("padding"),
-                    dilation: pair("dilation"),
+                    stride: pair(node, "stride"),
+                    padding: pair(node, "padding"),
+                    dilation: pair(node, "dilation"),
                     groups: node.attrs.usize("groups"),
                 };
                 self.push(KernelPlan::Conv2d(plan), vec![label]);
@@ -464,17 +460,13 @@ impl Lowering<'_> {
             MaxPool2d | AvgPool2d => {
                 let x = self.view(node.inputs[0])?;
                 let dst = self.temp(out);
-                let pair = |name: &str| {
-                    let v = node.attrs.usizes(name);
-                    [v[0], v[1]]
-                };
                 let plan = Pool2d {
                     max: node.op == MaxPool2d,
                     x,
                     out: dst.clone(),
-                    kernel: pair("kernel"),
-                    stride: pair("stride"),
-                    padding: pair("padding"),
+                    kernel: pair(node, "kernel"),
+                    stride: pair(node, "stride"),
+                    padding: pair(node, "padding"),
                 };
                 self.push(KernelPlan::Pool2d(plan), vec![label]);
                 self.views.insert(out, dst);
@@ -497,18 +489,14 @@ impl Lowering<'_> {
                 let a = self.view(node.inputs[0])?;
                 let b = self.view(node.inputs[1])?;
                 let dst = self.temp(out);
-                let pair = |name: &str| {
-                    let v = node.attrs.usizes(name);
-                    [v[0], v[1]]
-                };
                 let plan = Conv2dGrad {
                     wrt_weight: node.op == Conv2dGradWeight,
                     a,
                     b,
                     out: dst.clone(),
-                    stride: pair("stride"),
-                    padding: pair("padding"),
-                    dilation: pair("dilation"),
+                    stride: pair(node, "stride"),
+                    padding: pair(node, "padding"),
+                    dilation: pair(node, "dilation"),
                     groups: node.attrs.usize("groups"),
                 };
                 self.push(KernelPlan::Conv2dGrad(plan), vec![label]);
@@ -521,17 +509,13 @@ impl Lowering<'_> {
                     (None, self.view(node.inputs[0])?)
                 };
                 let dst = self.temp(out);
-                let pair = |name: &str| {
-                    let v = node.attrs.usizes(name);
-                    [v[0], v[1]]
-                };
                 let plan = Pool2dGrad {
                     x,
                     dy,
                     out: dst.clone(),
-                    kernel: pair("kernel"),
-                    stride: pair("stride"),
-                    padding: pair("padding"),
+                    kernel: pair(node, "kernel"),
+                    stride: pair(node, "stride"),
+                    padding: pair(node, "padding"),
                 };
                 self.push(KernelPlan::Pool2dGrad(plan), vec![label]);
                 self.views.insert(out, dst);
@@ -1035,4 +1019,10 @@ fn binary_fn(op: Op) -> BinaryFn {
         Op::Ge => BinaryFn::Ge,
         other => unreachable!("{} is not binary", other.name()),
     }
+}
+
+/// A two-entry list attribute (stride, padding, ...) of a verified node.
+fn pair(node: &Node, name: &str) -> [usize; 2] {
+    let v = node.attrs.usizes(name);
+    [v[0], v[1]]
 }

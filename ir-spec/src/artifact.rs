@@ -60,6 +60,43 @@ pub struct Requirements {
     pub max_uniform_buffer_binding_size: u64,
 }
 
+impl Requirements {
+    /// Every limit with its wgpu name (`wgpu::Limits` field), in a fixed order.
+    pub fn limits(&self) -> [(&'static str, u64); 8] {
+        [
+            (
+                "max_storage_buffer_binding_size",
+                self.max_storage_buffer_binding_size,
+            ),
+            ("max_buffer_size", self.max_buffer_size),
+            (
+                "max_storage_buffers_per_shader_stage",
+                self.max_storage_buffers_per_shader_stage.into(),
+            ),
+            (
+                "max_compute_workgroup_storage_size",
+                self.max_compute_workgroup_storage_size.into(),
+            ),
+            (
+                "max_compute_invocations_per_workgroup",
+                self.max_compute_invocations_per_workgroup.into(),
+            ),
+            (
+                "max_compute_workgroup_size_x",
+                self.max_compute_workgroup_size_x.into(),
+            ),
+            (
+                "max_compute_workgroups_per_dimension",
+                self.max_compute_workgroups_per_dimension.into(),
+            ),
+            (
+                "max_uniform_buffer_binding_size",
+                self.max_uniform_buffer_binding_size,
+            ),
+        ]
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArenaLayout {
     pub size_bytes: u64,
@@ -266,9 +303,14 @@ impl Artifact {
             }
             if let Some((off, len)) = t.init
                 && (len != t.size_bytes()
-                    || off.checked_add(len).is_none_or(|e| e > self.blob.len() as u64))
+                    || off
+                        .checked_add(len)
+                        .is_none_or(|e| e > self.blob.len() as u64))
             {
-                return bad(format!("initial value of `{}` lies outside the blob", t.name));
+                return bad(format!(
+                    "initial value of `{}` lies outside the blob",
+                    t.name
+                ));
             }
         }
         for a in &self.assigns {

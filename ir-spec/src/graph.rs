@@ -293,7 +293,11 @@ impl Graph {
                     results: results.len(),
                 });
             }
-            if let Some((_, name)) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+            if let Some((_, name)) = names
+                .iter()
+                .enumerate()
+                .find(|(i, n)| names[..*i].contains(n))
+            {
                 return Err(GraphError::DuplicateResultName { name: name.clone() });
             }
             if let Some(name) = names.iter().find(|n| self.names.contains_key(n.as_str())) {

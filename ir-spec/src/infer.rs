@@ -66,7 +66,11 @@ pub fn infer(op: Op, inputs: &[TensorType], attrs: &mut Attrs) -> Result<Vec<Ten
     };
     let out = cx.rule(op)?;
     for t in &out {
-        if t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        if t.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .is_none()
+        {
             return Err(TypeError::new(
                 Blame::Op,
                 format!("the result has more elements than can be counted: {t}"),
@@ -626,20 +630,36 @@ impl Cx<'_> {
                 let (dy, ids) = (self.input(0).clone(), self.input(1).clone());
                 let rows = self.attrs.int("num_embeddings");
                 if rows < 1 {
-                    return Err(attr_err("num_embeddings", "num_embeddings must be at least 1"));
+                    return Err(attr_err(
+                        "num_embeddings",
+                        "num_embeddings must be at least 1",
+                    ));
                 }
                 if dy.rank() != ids.rank() + 1 || dy.shape[..ids.rank()] != ids.shape[..] {
-                    return Err(operand_err(0, format!("`dy` must be ids.shape + [D] = {ids}+[D], got {dy}")));
+                    return Err(operand_err(
+                        0,
+                        format!("`dy` must be ids.shape + [D] = {ids}+[D], got {dy}"),
+                    ));
                 }
                 one(TensorType::f32(vec![rows as usize, dy.shape[ids.rank()]]))
             }
             SliceGrad => {
                 let shape = self.positive_ints("shape", 1)?;
                 let dy = self.input(0).clone();
-                let mut cx = Cx { spec: Op::Slice.spec(), inputs: &[TensorType::new(dy.dtype, shape.clone())], attrs: self.attrs };
+                let mut cx = Cx {
+                    spec: Op::Slice.spec(),
+                    inputs: &[TensorType::new(dy.dtype, shape.clone())],
+                    attrs: self.attrs,
+                };
                 let sliced = cx.slice()?;
                 if sliced[0] != dy {
-                    return Err(operand_err(0, format!("`dy` must be {} (the slice of {shape:?}), got {dy}", sliced[0])));
+                    return Err(operand_err(
+                        0,
+                        format!(
+                            "`dy` must be {} (the slice of {shape:?}), got {dy}",
+                            sliced[0]
+                        ),
+                    ));
                 }
                 one(TensorType::new(dy.dtype, shape))
             }
@@ -918,7 +938,9 @@ impl Cx<'_> {
         if self.inputs.len() == 3 {
             self.expect_shape(2, &[o], "one bias per output channel")?;
         }
-        Ok(vec![TensorType::f32(self.conv2d_output(&x.shape, &w.shape)?)])
+        Ok(vec![TensorType::f32(
+            self.conv2d_output(&x.shape, &w.shape)?,
+        )])
     }
 
     /// Ranks and channel counts of a conv2d input and weight shape under `groups`.
@@ -933,7 +955,10 @@ impl Cx<'_> {
         if fits {
             Ok(())
         } else {
-            Err(attr_err("groups", format!("groups={groups} does not fit input {x:?} and weight {w:?}")))
+            Err(attr_err(
+                "groups",
+                format!("groups={groups} does not fit input {x:?} and weight {w:?}"),
+            ))
         }
     }
 
@@ -1071,7 +1096,10 @@ impl Cx<'_> {
         let momentum = self.non_negative("momentum")?;
         let dampening = self.attrs.float("dampening");
         if !dampening.is_finite() {
-            return Err(attr_err("dampening", format!("dampening={dampening} must be finite")));
+            return Err(attr_err(
+                "dampening",
+                format!("dampening={dampening} must be finite"),
+            ));
         }
         let has_buf = self.inputs.len() == 3;
         if momentum != 0.0 && !has_buf {

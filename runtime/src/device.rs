@@ -88,37 +88,7 @@ limit_table!(
 
 /// The limits an artifact declares in its [`Requirements`].
 pub(crate) fn declared_limits(r: &Requirements) -> Vec<LimitNeed> {
-    vec![
-        (
-            "max_storage_buffer_binding_size",
-            r.max_storage_buffer_binding_size,
-        ),
-        ("max_buffer_size", r.max_buffer_size),
-        (
-            "max_storage_buffers_per_shader_stage",
-            r.max_storage_buffers_per_shader_stage.into(),
-        ),
-        (
-            "max_compute_workgroup_storage_size",
-            r.max_compute_workgroup_storage_size.into(),
-        ),
-        (
-            "max_compute_invocations_per_workgroup",
-            r.max_compute_invocations_per_workgroup.into(),
-        ),
-        (
-            "max_compute_workgroup_size_x",
-            r.max_compute_workgroup_size_x.into(),
-        ),
-        (
-            "max_compute_workgroups_per_dimension",
-            r.max_compute_workgroups_per_dimension.into(),
-        ),
-        (
-            "max_uniform_buffer_binding_size",
-            r.max_uniform_buffer_binding_size,
-        ),
-    ]
+    r.limits().to_vec()
 }
 
 /// The adapter, device and queue a session runs on.

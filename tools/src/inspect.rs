@@ -220,37 +220,7 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
         r.features.join(", ")
     };
     let _ = writeln!(s, "\nrequirements: features {features}");
-    let limits = [
-        (
-            "max_storage_buffer_binding_size",
-            r.max_storage_buffer_binding_size,
-        ),
-        ("max_buffer_size", r.max_buffer_size),
-        (
-            "max_storage_buffers_per_shader_stage",
-            r.max_storage_buffers_per_shader_stage.into(),
-        ),
-        (
-            "max_compute_workgroup_storage_size",
-            r.max_compute_workgroup_storage_size.into(),
-        ),
-        (
-            "max_compute_invocations_per_workgroup",
-            r.max_compute_invocations_per_workgroup.into(),
-        ),
-        (
-            "max_compute_workgroup_size_x",
-            r.max_compute_workgroup_size_x.into(),
-        ),
-        (
-            "max_compute_workgroups_per_dimension",
-            r.max_compute_workgroups_per_dimension.into(),
-        ),
-        (
-            "max_uniform_buffer_binding_size",
-            r.max_uniform_buffer_binding_size,
-        ),
-    ];
+    let limits = r.limits();
     let rows: Vec<Vec<String>> = limits
         .iter()
         .map(|(name, v)| vec![name.to_string(), v.to_string()])

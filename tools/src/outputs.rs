@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use sinter_ir::artifact::Role;
 use sinter_ir::{DType, TensorType};
 use sinter_runtime::io::{HostTensor, TensorData, write_npy};
 
@@ -69,6 +70,21 @@ pub fn summary(name: &str, ty: &TensorType, data: Vec<f64>) -> String {
         line.push_str(&format!("  non-finite={nonfinite}"));
     }
     line
+}
+
+/// Writes every param and state of `session` to `path` (safetensors) and says so.
+pub fn save_weights(session: &sinter_runtime::Session, path: &Path) -> Result<(), CliError> {
+    session.save_weights(path)?;
+    let count = session
+        .artifact()
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.role, Role::Param | Role::State))
+        .count();
+    console::println(&format!(
+        "saved {count} params and states -> {}",
+        path.display()
+    ))
 }
 
 #[cfg(test)]

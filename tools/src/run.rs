@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use sinter_ir::artifact::Role;
 use sinter_runtime::Session;
 use sinter_runtime::io::HostTensor;
 
@@ -97,17 +96,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
 
     outputs::report(&result.into_vec(), args.out.as_deref())?;
     if let Some(path) = &args.save_weights {
-        session.save_weights(path)?;
-        let count = session
-            .artifact()
-            .tensors
-            .iter()
-            .filter(|t| matches!(t.role, Role::Param | Role::State))
-            .count();
-        console::println(&format!(
-            "saved {count} params and states -> {}",
-            path.display()
-        ))?;
+        outputs::save_weights(&session, path)?;
     }
     Ok(())
 }

@@ -192,17 +192,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         console::println(&format!("eval on {}: {}", dir.display(), score.describe()))?;
     }
     if let Some(path) = &args.save_weights {
-        session.save_weights(path)?;
-        let count = session
-            .artifact()
-            .tensors
-            .iter()
-            .filter(|t| matches!(t.role, Role::Param | Role::State))
-            .count();
-        console::println(&format!(
-            "saved {count} params and states -> {}",
-            path.display()
-        ))?;
+        crate::outputs::save_weights(&session, path)?;
     }
     Ok(())
 }
