@@ -360,3 +360,80 @@ fn example_gradients() {
         );
     }
 }
+
+/// The backward graph autodiff derives for each op family, on the GPU against the interpreter:
+/// `loss = sum(y * r)` for a random `r`, gradients with respect to every input (declarations
+/// separated by `;`).
+#[test]
+fn op_gradients() {
+    let cases: &[(&str, &str)] = &[
+        ("a: f32[3, 5]", "sin(a)"),
+        ("a: f32[3, 5]", "mul(tanh(a), sigmoid(a))"),
+        (
+            "a: f32[3, 5]",
+            "add(silu(a), gelu(a, approximate=\"tanh\"))",
+        ),
+        (
+            "a: f32[3, 5]",
+            "add(rsqrt(add(abs(a), 1)), reciprocal(add(square(a), 1)))",
+        ),
+        ("a: f32[3, 5]; b: f32[5]", "div(a, add(abs(b), 1))"),
+        ("a: f32[3, 5]; b: f32[5]", "pow(add(abs(a), 1), b)"),
+        ("a: f32[3, 5]; b: f32[3, 1]", "maximum(a, b)"),
+        (
+            "a: f32[3, 5]; b: f32[3, 5]",
+            "where(gt(a, b), exp(a), log(add(abs(b), 1)))",
+        ),
+        ("a: f32[4, 6]", "max(a, axes=[1], keepdim=true)"),
+        ("a: f32[4, 6]", "logsumexp(a, axes=[0])"),
+        ("a: f32[4, 6]", "log_softmax(a, axis=0)"),
+        ("a: f32[2, 3, 8]; g: f32[8]", "rms_norm(a, g)"),
+        (
+            "a: f32[4, 6]",
+            "concat(slice(a, axis=1, start=1, end=6, step=2), transpose(slice(a, axis=0, start=0, end=3), dim0=0, dim1=1), axis=0)",
+        ),
+        (
+            "a: f32[2, 3, 4]",
+            "reshape(permute(a, perm=[2, 0, 1]), shape=[4, 6])",
+        ),
+        (
+            "a: f32[4, 5]; b: f32[4, 5]",
+            "mse_loss(a, b, reduction=\"none\")",
+        ),
+        ("a: f32[3, 7]; b: f32[7, 2]", "matmul(a, b)"),
+        ("a: f32[7]", "matmul(a, a)"),
+    ];
+    for (i, (decls, expr)) in cases.iter().enumerate() {
+        let inputs: Vec<(&str, &str)> = decls
+            .split("; ")
+            .map(|d| d.split_once(": ").expect("NAME: TYPE"))
+            .collect();
+        let probe = format!(
+            "graph g {{\n{}\n  y = {expr}\n  output y\n}}\n",
+            inputs
+                .iter()
+                .map(|(n, t)| format!("  input {n}: {t}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let graph = sinter_ir::text::parse(&probe)
+            .unwrap_or_else(|d| panic!("{}", d.render("probe", &probe)));
+        let y = graph.lookup("y").expect("y");
+        let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+        let grads: Vec<String> = names.iter().map(|n| format!("d_{n}")).collect();
+        let src = format!(
+            "graph g {{\n{}\n  input r: {}\n  y = {expr}\n  loss = sum(mul(y, r))\n  {} = grad(loss, {})\n  output loss, {}\n}}\n",
+            inputs
+                .iter()
+                .map(|(n, t)| format!("  input {n}: {t}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            graph.ty(y),
+            grads.join(", "),
+            names.join(", "),
+            grads.join(", ")
+        );
+        let errors = check_gpu(&src, REDUCTION, &[], 1);
+        assert_eq!(errors.len(), 1 + names.len(), "case {i}: {expr}");
+    }
+}
