@@ -437,3 +437,27 @@ fn op_gradients() {
         assert_eq!(errors.len(), 1 + names.len(), "case {i}: {expr}");
     }
 }
+
+/// Every matmul block shape on odd sizes (edges in every direction), transposed operands and
+/// batch broadcasting; `tile_for` picks these by size, so small tests force them.
+#[test]
+fn every_matmul_tile() {
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    let src = "graph t {
+  input a: f32[2, 133, 70]
+  input b: f32[259, 70]
+  input c: f32[70, 259]
+  y = matmul(a, transpose(b, dim0=0, dim1=1))
+  z = matmul(a, c)
+  output y, z
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    for tile in [LARGE, WIDE, MEDIUM, SMALL] {
+        let options = sinter_compiler::Options {
+            matmul_tile: Some(tile),
+            ..Default::default()
+        };
+        sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+    }
+}

@@ -51,19 +51,22 @@ fn cnn() {
     check("cnn");
 }
 
-/// The three matmul tile shapes (32x32 scalar, 64x64 and 128x128 with vec4 micro-tiles).
+/// Every matmul block shape (forced; `tile_for` picks them by output size).
 #[test]
 fn matmul_tiles() {
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    let src = "graph mm {\n  input a: f32[256, 256]\n  input b: f32[256, 256]\n  c = matmul(a, b)\n  output c\n}\n";
+    let graph = sinter_ir::text::parse(src).expect("valid");
     let mut text = String::new();
-    for n in [32, 64, 512] {
-        let src = format!(
-            "graph mm {{\n  input a: f32[{n}, {n}]\n  input b: f32[{n}, {n}]\n  c = matmul(a, b)\n  output c\n}}\n"
-        );
-        let graph = sinter_ir::text::parse(&src).expect("valid");
-        let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+    for tile in [SMALL, MEDIUM, WIDE, LARGE] {
+        let options = sinter_compiler::Options {
+            matmul_tile: Some(tile),
+            ..Default::default()
+        };
+        let artifact = sinter_compiler::compile(&graph, &options)
             .expect("compiles")
             .artifact;
-        writeln!(text, "\n===== {n}x{n} =====\n{}", artifact.kernels[0].wgsl).unwrap();
+        writeln!(text, "\n===== {tile} =====\n{}", artifact.kernels[0].wgsl).unwrap();
     }
     snapshot("matmul_tiles", &text);
 }

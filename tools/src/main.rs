@@ -53,6 +53,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_mesa_on_headless_machines();
     // clap prints its own usage errors and exits with 2 (0 for --help and --version).
     let cli = Cli::parse();
     let result = match cli.command {
@@ -69,5 +70,15 @@ fn main() -> ExitCode {
             err.report();
             ExitCode::from(err.exit_code())
         }
+    }
+}
+
+/// Mesa's Vulkan drivers (lavapipe included) print "XDG_RUNTIME_DIR is invalid or not set" on
+/// every device creation when the variable is missing, as it is on servers and in containers.
+/// Compute never uses the window-system paths that read it, so point it at the temp folder.
+fn quiet_mesa_on_headless_machines() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        // SAFETY: called first thing in `main`, before any thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
     }
 }
