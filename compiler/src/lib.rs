@@ -283,6 +283,7 @@ fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<Tenso
             arena: p.arena,
             offset: p.offset,
             init,
+            index_bound: sched.index_bounds.get(&value).map(|&b| b as u64),
         });
     }
     for o in &sched.outputs {
@@ -294,6 +295,7 @@ fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<Tenso
             arena: p.arena,
             offset: p.offset + o.view.offset as u64 * 4,
             init: None,
+            index_bound: None,
         });
     }
     (slots, blob)

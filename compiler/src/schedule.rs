@@ -56,6 +56,8 @@ pub struct Schedule {
     pub outputs: Vec<OutputView>,
     /// `assign target = source`: the persistent target's buffer and the source's contiguous view.
     pub assigns: Vec<(ValueId, View)>,
+    /// i32 inputs read as indices, with the number of rows or classes they index.
+    pub index_bounds: HashMap<ValueId, usize>,
 }
 
 pub fn lower(g: &Graph) -> Result<Schedule, CompileError> {
@@ -140,6 +142,14 @@ impl Lowering<'_> {
             label: label.to_string(),
         });
         view
+    }
+
+    /// Records that the input behind `view` (if it is one) indexes `bound` rows or classes.
+    fn note_index_input(&mut self, view: &View, bound: usize) {
+        if let BufferKind::Input(input) = self.sched.buffers[view.buffer.0 as usize].kind {
+            let entry = self.sched.index_bounds.entry(input).or_insert(bound);
+            *entry = (*entry).min(bound);
+        }
     }
 
     fn temp(&mut self, v: ValueId) -> View {
@@ -474,6 +484,7 @@ impl Lowering<'_> {
             Embedding => {
                 let table = self.view(node.inputs[0])?;
                 let ids = self.view(node.inputs[1])?;
+                self.note_index_input(&ids, table.shape[0]);
                 let dst = self.temp(out);
                 self.push(
                     KernelPlan::Gather(Gather {
@@ -523,6 +534,7 @@ impl Lowering<'_> {
             EmbeddingGrad => {
                 let dy = self.view(node.inputs[0])?;
                 let ids = self.view(node.inputs[1])?;
+                self.note_index_input(&ids, node.attrs.usize("num_embeddings"));
                 let dst = self.temp(out);
                 self.push(
                     KernelPlan::ScatterAdd(ScatterAdd {
@@ -764,7 +776,9 @@ impl Lowering<'_> {
     fn cross_entropy(&mut self, node: &Node, label: String) -> Result<(), CompileError> {
         let (logits, labels) = (node.inputs[0], node.inputs[1]);
         let lv = self.view(logits)?;
-        let yv = self.view(labels)?.unsqueeze(1).broadcast_to(&lv.shape);
+        let yv = self.view(labels)?;
+        self.note_index_input(&yv, lv.shape[1]);
+        let yv = yv.unsqueeze(1).broadcast_to(&lv.shape);
         let n = lv.shape[0];
         let out = node.outputs[0];
         let reduction = node.attrs.str("reduction").to_string();

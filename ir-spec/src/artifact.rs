@@ -152,6 +152,11 @@ pub struct TensorSlot {
     pub offset: u64,
     /// Byte range of the initial value in the blob (params and states).
     pub init: Option<(u64, u64)>,
+    /// For i32 inputs that index something (embedding ids, class labels): every value must lie
+    /// in `0..index_bound`. The runtime checks before uploading, since a kernel can only turn
+    /// an out-of-range index into NaN.
+    #[serde(default)]
+    pub index_bound: Option<u64>,
 }
 
 impl TensorSlot {
@@ -347,6 +352,7 @@ mod tests {
                 arena: 0,
                 offset: 16,
                 init: Some((0, 16)),
+                index_bound: None,
             }],
             assigns: vec![],
             memory: MemoryReport::default(),

@@ -77,6 +77,16 @@ pub enum RuntimeError {
         actual: TensorType,
     },
     #[error(
+        "input `{name}` holds the index {value} at flat position {position}, outside 0..{bound} \
+         (it indexes {bound} embedding rows or classes)"
+    )]
+    IndexOutOfRange {
+        name: String,
+        position: usize,
+        value: i32,
+        bound: u64,
+    },
+    #[error(
         "tensor `{name}` is malformed: shape {shape:?} has {expected} elements, data has {len}"
     )]
     MalformedTensor {

@@ -230,6 +230,7 @@ mod tests {
             arena: 0,
             offset,
             init: None,
+            index_bound: None,
         }
     }
 

@@ -501,6 +501,17 @@ impl Session {
                     actual: t.ty(),
                 });
             }
+            if let (Some(bound), TensorData::I32(values)) = (slot.index_bound, &t.data)
+                && let Some((position, &value)) =
+                    values.iter().enumerate().find(|&(_, &v)| v < 0 || v as u64 >= bound)
+            {
+                return Err(RuntimeError::IndexOutOfRange {
+                    name: slot.name.clone(),
+                    position,
+                    value,
+                    bound,
+                });
+            }
             let bytes = le_bytes(&t.data);
             packed[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
         }

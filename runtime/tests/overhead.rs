@@ -42,6 +42,7 @@ fn chain(d: u32) -> Artifact {
         arena: 0,
         offset,
         init: None,
+        index_bound: None,
     };
     Artifact {
         graph: format!("chain{d}"),

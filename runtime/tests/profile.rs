@@ -55,6 +55,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
         arena: 0,
         offset,
         init: None,
+        index_bound: None,
     };
     let mut first = true;
     Artifact {

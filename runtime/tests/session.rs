@@ -75,6 +75,7 @@ fn slot(name: &str, role: Role, ty: TensorType, arena: u32, offset: u64) -> Tens
         arena,
         offset,
         init: None,
+        index_bound: None,
     }
 }
 
