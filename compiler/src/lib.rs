@@ -88,6 +88,39 @@ pub struct Compiled {
 /// The whole pipeline, pass by pass.
 pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileError> {
     let mut dumps = Vec::new();
+    let (artifact, warnings) = run_passes(graph, options, &mut dumps)?;
+    Ok(Compiled {
+        artifact,
+        dumps,
+        warnings,
+    })
+}
+
+/// [`compile`], keeping the dumps of the passes that ran when a later one fails (that is when
+/// `--dump-after` helps most).
+pub fn compile_keeping_dumps(
+    graph: &Graph,
+    options: &Options,
+) -> (Vec<(Pass, String)>, Result<Compiled, CompileError>) {
+    let mut dumps = Vec::new();
+    match run_passes(graph, options, &mut dumps) {
+        Ok((artifact, warnings)) => (
+            Vec::new(),
+            Ok(Compiled {
+                artifact,
+                dumps,
+                warnings,
+            }),
+        ),
+        Err(e) => (dumps, Err(e)),
+    }
+}
+
+fn run_passes(
+    graph: &Graph,
+    options: &Options,
+    dumps: &mut Vec<(Pass, String)>,
+) -> Result<(Artifact, Vec<String>), CompileError> {
     let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
         if options.dump_after.contains(&pass) {
             dumps.push((pass, text()));
@@ -103,11 +136,7 @@ pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileErro
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let artifact = pack(&graph, &sched, &mem, options)?;
-    Ok(Compiled {
-        artifact,
-        dumps,
-        warnings,
-    })
+    Ok((artifact, warnings))
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.

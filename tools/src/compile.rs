@@ -48,16 +48,21 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         dump_after,
         ..Options::default()
     };
-    let compiled = sinter_compiler::compile(&graph, &options)?;
-    for warning in &compiled.warnings {
-        eprintln!("warning: {warning}");
-    }
-    for (pass, text) in &compiled.dumps {
+    let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);
+    let dumps = match &compiled {
+        Ok(c) => &c.dumps,
+        Err(_) => &early_dumps,
+    };
+    for (pass, text) in dumps {
         console::println(&format!("# ==== after {} ====", pass.name()))?;
         console::print(text)?;
         if !text.ends_with('\n') {
             console::println("")?;
         }
+    }
+    let compiled = compiled?;
+    for warning in &compiled.warnings {
+        eprintln!("warning: {warning}");
     }
     let artifact = compiled.artifact;
     std::fs::write(&args.output, artifact.to_bytes()).map_err(|source| CliError::WriteFile {

@@ -432,6 +432,25 @@ fn dump_after_prints_each_pass_under_a_header() {
         [&expected[0], &expected[1], &expected[3]].map(String::clone)
     );
     assert!(all.stdout.contains("peak "), "{}", all.stdout);
+
+    // A pass that fails still leaves the dumps of the passes before it.
+    let failed = sinter(&[
+        s("compile"),
+        s(&sir),
+        s("-o"),
+        s(&sart),
+        s("--max-binding-size"),
+        s("64"),
+        s("--dump-after"),
+        s("schedule,memory"),
+    ]);
+    assert_eq!(failed.code, 1, "{}", failed.stderr);
+    assert_eq!(headers(&failed.stdout), [expected[2].clone()]);
+    assert!(
+        failed.stderr.contains("largest storage binding"),
+        "{}",
+        failed.stderr
+    );
 }
 
 #[test]
