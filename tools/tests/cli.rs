@@ -2,36 +2,14 @@
 //! table of bad inputs with the exit code and message each must produce.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sinter_runtime::io::{HostTensor, TensorData, read_npy, write_npy, write_safetensors};
 
+mod common;
+use common::sinter;
+
 // ---------------------------------------------------------------------------------------------
 // harness
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn sinter<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_sinter"))
-        .args(args)
-        .output()
-        .expect("run sinter");
-    let run = Run {
-        code: out.status.code().expect("sinter exited by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "sinter panicked:\n{}",
-        run.stderr
-    );
-    run
-}
 
 fn example(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

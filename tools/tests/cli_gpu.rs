@@ -4,56 +4,16 @@
 //! message each must produce.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 use sinter_ir::DType;
 use sinter_runtime::io::{HostTensor, TensorData, read_npy, write_npy, write_safetensors};
 
+mod common;
+use common::{ok, sinter, sinter_env};
+
 // ---------------------------------------------------------------------------------------------
 // harness
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn sinter_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sinter"));
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run sinter");
-    let run = Run {
-        code: out.status.code().expect("sinter exited by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "sinter panicked:\n{}",
-        run.stderr
-    );
-    run
-}
-
-fn sinter<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    sinter_env(args, &[])
-}
-
-/// Runs sinter and fails the test unless it exits 0.
-fn ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let run = sinter(args);
-    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-    assert_eq!(
-        run.code, 0,
-        "sinter {shown:?} failed:\n{}{}",
-        run.stdout, run.stderr
-    );
-    run
-}
 
 fn s(v: impl AsRef<std::ffi::OsStr>) -> String {
     v.as_ref().to_string_lossy().into_owned()

@@ -10,51 +10,17 @@
 //! - `Session::run_reading` (what each step uses) computes what `Session::run` computes.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sinter_runtime::Session;
 use sinter_runtime::io::{
     HostTensor, TensorData, read_npy, read_safetensors, write_npy, write_safetensors,
 };
 
+mod common;
+use common::{ok, sinter};
+
 // ---------------------------------------------------------------------------------------------
 // harness
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn sinter<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_sinter"))
-        .args(args)
-        .output()
-        .expect("run sinter");
-    let run = Run {
-        code: out.status.code().expect("sinter exited by a signal"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "sinter panicked:\n{}",
-        run.stderr
-    );
-    run
-}
-
-/// Runs sinter and fails the test unless it exits 0.
-fn ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let run = sinter(args);
-    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-    assert_eq!(
-        run.code, 0,
-        "sinter {shown:?} failed:\n{}{}",
-        run.stdout, run.stderr
-    );
-    run
-}
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples")
