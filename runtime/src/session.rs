@@ -502,8 +502,10 @@ impl Session {
                 });
             }
             if let (Some(bound), TensorData::I32(values)) = (slot.index_bound, &t.data)
-                && let Some((position, &value)) =
-                    values.iter().enumerate().find(|&(_, &v)| v < 0 || v as u64 >= bound)
+                && let Some((position, &value)) = values
+                    .iter()
+                    .enumerate()
+                    .find(|&(_, &v)| v < 0 || v as u64 >= bound)
             {
                 return Err(RuntimeError::IndexOutOfRange {
                     name: slot.name.clone(),
