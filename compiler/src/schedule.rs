@@ -144,6 +144,13 @@ impl Lowering<'_> {
         view
     }
 
+    /// Allocates `out`'s buffer, pushes the step `make` builds around its view, and binds it.
+    fn write_new(&mut self, out: ValueId, label: String, make: impl FnOnce(View) -> KernelPlan) {
+        let dst = self.temp(out);
+        self.push(make(dst.clone()), vec![label]);
+        self.views.insert(out, dst);
+    }
+
     /// Records that the input behind `view` (if it is one) indexes `bound` rows or classes.
     fn note_index_input(&mut self, view: &View, bound: usize) {
         if let BufferKind::Input(input) = self.sched.buffers[view.buffer.0 as usize].kind {
@@ -453,65 +460,55 @@ impl Lowering<'_> {
                     Some(&b) => Some(self.view(b)?),
                     None => None,
                 };
-                let dst = self.temp(out);
-                let plan = crate::kernel::Conv2d {
-                    x,
-                    w,
-                    bias,
-                    out: dst.clone(),
-                    stride: pair(node, "stride"),
-                    padding: pair(node, "padding"),
-                    dilation: pair(node, "dilation"),
-                    groups: node.attrs.usize("groups"),
-                };
-                self.push(KernelPlan::Conv2d(plan), vec![label]);
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::Conv2d(crate::kernel::Conv2d {
+                        x,
+                        w,
+                        bias,
+                        out,
+                        stride: pair(node, "stride"),
+                        padding: pair(node, "padding"),
+                        dilation: pair(node, "dilation"),
+                        groups: node.attrs.usize("groups"),
+                    })
+                });
             }
             MaxPool2d | AvgPool2d => {
                 let x = self.view(node.inputs[0])?;
-                let dst = self.temp(out);
-                let plan = Pool2d {
-                    max: node.op == MaxPool2d,
-                    x,
-                    out: dst.clone(),
-                    kernel: pair(node, "kernel"),
-                    stride: pair(node, "stride"),
-                    padding: pair(node, "padding"),
-                };
-                self.push(KernelPlan::Pool2d(plan), vec![label]);
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::Pool2d(Pool2d {
+                        max: node.op == MaxPool2d,
+                        x,
+                        out,
+                        kernel: pair(node, "kernel"),
+                        stride: pair(node, "stride"),
+                        padding: pair(node, "padding"),
+                    })
+                });
             }
             Embedding => {
                 let table = self.view(node.inputs[0])?;
                 let ids = self.view(node.inputs[1])?;
                 self.note_index_input(&ids, table.shape[0]);
-                let dst = self.temp(out);
-                self.push(
-                    KernelPlan::Gather(Gather {
-                        table,
-                        ids,
-                        out: dst.clone(),
-                    }),
-                    vec![label],
-                );
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::Gather(Gather { table, ids, out })
+                });
             }
             Conv2dGradInput | Conv2dGradWeight => {
                 let a = self.view(node.inputs[0])?;
                 let b = self.view(node.inputs[1])?;
-                let dst = self.temp(out);
-                let plan = Conv2dGrad {
-                    wrt_weight: node.op == Conv2dGradWeight,
-                    a,
-                    b,
-                    out: dst.clone(),
-                    stride: pair(node, "stride"),
-                    padding: pair(node, "padding"),
-                    dilation: pair(node, "dilation"),
-                    groups: node.attrs.usize("groups"),
-                };
-                self.push(KernelPlan::Conv2dGrad(plan), vec![label]);
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::Conv2dGrad(Conv2dGrad {
+                        wrt_weight: node.op == Conv2dGradWeight,
+                        a,
+                        b,
+                        out,
+                        stride: pair(node, "stride"),
+                        padding: pair(node, "padding"),
+                        dilation: pair(node, "dilation"),
+                        groups: node.attrs.usize("groups"),
+                    })
+                });
             }
             MaxPool2dGrad | AvgPool2dGrad => {
                 let (x, dy) = if node.op == MaxPool2dGrad {
@@ -519,45 +516,36 @@ impl Lowering<'_> {
                 } else {
                     (None, self.view(node.inputs[0])?)
                 };
-                let dst = self.temp(out);
-                let plan = Pool2dGrad {
-                    x,
-                    dy,
-                    out: dst.clone(),
-                    kernel: pair(node, "kernel"),
-                    stride: pair(node, "stride"),
-                    padding: pair(node, "padding"),
-                };
-                self.push(KernelPlan::Pool2dGrad(plan), vec![label]);
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::Pool2dGrad(Pool2dGrad {
+                        x,
+                        dy,
+                        out,
+                        kernel: pair(node, "kernel"),
+                        stride: pair(node, "stride"),
+                        padding: pair(node, "padding"),
+                    })
+                });
             }
             EmbeddingGrad => {
                 let dy = self.view(node.inputs[0])?;
                 let ids = self.view(node.inputs[1])?;
                 self.note_index_input(&ids, node.attrs.usize("num_embeddings"));
-                let dst = self.temp(out);
-                self.push(
-                    KernelPlan::ScatterAdd(ScatterAdd {
-                        dy,
-                        ids,
-                        out: dst.clone(),
-                    }),
-                    vec![label],
-                );
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::ScatterAdd(ScatterAdd { dy, ids, out })
+                });
             }
             SliceGrad => {
                 let dy = self.view(node.inputs[0])?;
-                let dst = self.temp(out);
-                let plan = crate::kernel::SliceGrad {
-                    dy,
-                    out: dst.clone(),
-                    axis: node.attrs.usize("axis"),
-                    start: node.attrs.usize("start"),
-                    step: node.attrs.usize("step"),
-                };
-                self.push(KernelPlan::SliceGrad(plan), vec![label]);
-                self.views.insert(out, dst);
+                self.write_new(out, label, |out| {
+                    KernelPlan::SliceGrad(crate::kernel::SliceGrad {
+                        dy,
+                        out,
+                        axis: node.attrs.usize("axis"),
+                        start: node.attrs.usize("start"),
+                        step: node.attrs.usize("step"),
+                    })
+                });
             }
             CrossEntropy => self.cross_entropy(node, label)?,
             MseLoss => self.mse_loss(node, label)?,
