@@ -23,7 +23,7 @@ use std::fmt;
 
 use crate::error::RuntimeError;
 use crate::io::HostTensor;
-use crate::readback::{read_buffer, wait_idle};
+use crate::readback::read_buffer;
 use crate::session::{Outputs, Session};
 
 /// Where the timestamps around each dispatch are written.
@@ -465,13 +465,7 @@ impl Session {
                     message,
                 });
             }
-            let bytes = match &self.readback {
-                Some(buffer) => read_buffer(&self.gpu, buffer, self.plan.outputs.bytes).await?,
-                None => {
-                    wait_idle(&self.gpu)?;
-                    Vec::new()
-                }
-            };
+            let bytes = self.read_outputs().await?;
             let wall = elapsed_ns(start);
             outputs = Outputs {
                 tensors: self.unpack(&self.plan.outputs, &bytes)?,

@@ -384,13 +384,7 @@ impl Session {
                 message,
             });
         }
-        let bytes = match &self.readback {
-            Some(buffer) => read_buffer(&self.gpu, buffer, self.plan.outputs.bytes).await?,
-            None => {
-                wait_idle(&self.gpu)?;
-                Vec::new()
-            }
-        };
+        let bytes = self.read_outputs().await?;
         Ok(Outputs {
             tensors: self.unpack(&self.plan.outputs, &bytes)?,
         })
@@ -461,6 +455,18 @@ impl Session {
             }
         }
         Ok(packing)
+    }
+
+    /// Waits for the submitted work and returns the bytes of every output (read back in the
+    /// last submission's readback buffer); nothing when the graph has no outputs.
+    pub(crate) async fn read_outputs(&self) -> Result<Vec<u8>, RuntimeError> {
+        match &self.readback {
+            Some(buffer) => read_buffer(&self.gpu, buffer, self.plan.outputs.bytes).await,
+            None => {
+                wait_idle(&self.gpu)?;
+                Ok(Vec::new())
+            }
+        }
     }
 
     /// Checks the inputs against the manifest and packs them as the upload buffer holds them.
