@@ -7,38 +7,9 @@
 //! order (a NaN counts as a maximum, as in PyTorch); padding positions never win.
 
 use crate::interp::EvalError;
+use crate::interp::conv::axes;
 use crate::interp::node::Cx;
 use crate::interp::tensor::{Tensor, split_at_axis};
-
-/// One spatial axis of a convolution or pooling window.
-#[derive(Clone, Copy)]
-struct Axis {
-    stride: usize,
-    padding: usize,
-    dilation: usize,
-    /// Extent of the (unpadded) input along this axis.
-    extent: usize,
-}
-
-impl Axis {
-    /// The input coordinate read by output `o` at kernel tap `k`, or `None` in the padding.
-    fn source(self, o: usize, k: usize) -> Option<usize> {
-        (o * self.stride + k * self.dilation)
-            .checked_sub(self.padding)
-            .filter(|&i| i < self.extent)
-    }
-}
-
-/// The two spatial axes for an input of shape `input` (NCHW).
-fn axes(cx: &Cx, input: &[usize], dilation: [usize; 2]) -> [Axis; 2] {
-    let (stride, padding) = (cx.attrs.usizes("stride"), cx.attrs.usizes("padding"));
-    [0, 1].map(|d| Axis {
-        stride: stride[d],
-        padding: padding[d],
-        dilation: dilation[d],
-        extent: input[2 + d],
-    })
-}
 
 fn dilation(cx: &Cx) -> [usize; 2] {
     let d = cx.attrs.usizes("dilation");

@@ -4,32 +4,34 @@ use crate::interp::node::Cx;
 use crate::interp::tensor::Tensor;
 use crate::op::Op;
 
-/// Stride, padding (and dilation) of one spatial axis.
+/// Stride, padding (and dilation) of one spatial axis of a convolution or pooling window.
 #[derive(Clone, Copy)]
-struct Axis {
+pub(crate) struct Axis {
     stride: usize,
     padding: usize,
     dilation: usize,
+    /// Extent of the (unpadded) input along this axis.
     extent: usize,
 }
 
 impl Axis {
     /// The input coordinate read by output `o` at kernel tap `k`, or `None` in the padding.
-    fn source(self, o: usize, k: usize) -> Option<usize> {
+    pub(crate) fn source(self, o: usize, k: usize) -> Option<usize> {
         (o * self.stride + k * self.dilation)
             .checked_sub(self.padding)
             .filter(|&i| i < self.extent)
     }
 }
 
-fn axes(cx: &Cx, dilation: [usize; 2]) -> [Axis; 2] {
+/// The two spatial axes of a window over an input of shape `input` (NCHW), from the node's
+/// `stride` and `padding`.
+pub(crate) fn axes(cx: &Cx, input: &[usize], dilation: [usize; 2]) -> [Axis; 2] {
     let (stride, padding) = (cx.attrs.usizes("stride"), cx.attrs.usizes("padding"));
-    let x = cx.x(0).shape();
     [0, 1].map(|d| Axis {
         stride: stride[d],
         padding: padding[d],
         dilation: dilation[d],
-        extent: x[2 + d],
+        extent: input[2 + d],
     })
 }
 
@@ -37,7 +39,7 @@ fn axes(cx: &Cx, dilation: [usize; 2]) -> [Axis; 2] {
 /// output channel `o` reads the input channels of its group `o / (O/groups)`.
 pub(crate) fn conv2d(cx: &Cx) -> Tensor {
     let d = cx.attrs.usizes("dilation");
-    let [ay, ax] = axes(cx, [d[0], d[1]]);
+    let [ay, ax] = axes(cx, cx.x(0).shape(), [d[0], d[1]]);
     let (x, w, bias) = (cx.x(0), cx.x(1), cx.optional(2));
     let [n, c, h, wd] = [0, 1, 2, 3].map(|i| x.shape()[i]);
     let [o_count, c_per, kh, kw] = [0, 1, 2, 3].map(|i| w.shape()[i]);
@@ -75,7 +77,7 @@ pub(crate) fn conv2d(cx: &Cx) -> Tensor {
 /// `max_pool2d` (padding counts as `-inf`) or `avg_pool2d` (padding counts as 0 and toward the
 /// divisor, which is always `kH·kW`: PyTorch's `count_include_pad=True`).
 pub(crate) fn pool2d(cx: &Cx) -> Tensor {
-    let [ay, ax] = axes(cx, [1, 1]);
+    let [ay, ax] = axes(cx, cx.x(0).shape(), [1, 1]);
     let kernel = cx.attrs.usizes("kernel");
     let x = cx.x(0);
     let [n, c, h, w] = [0, 1, 2, 3].map(|i| x.shape()[i]);
