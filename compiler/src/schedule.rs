@@ -7,6 +7,7 @@
 //! **Invariant:** every step writes only fresh buffers (or disjoint slices of one fresh buffer,
 //! for `concat`), so steps never overwrite a value that is still to be read.
 
+use sinter_ir::key;
 use std::collections::HashMap;
 
 use sinter_ir::types::contiguous_strides;
@@ -204,8 +205,8 @@ impl Lowering<'_> {
     fn fold(&self, v: ValueId) -> Option<Source> {
         let node = self.g.node(self.g.producer(v)?);
         match node.op {
-            Op::Constant => Some(Source::Const(node.attrs.float("value") as f32)),
-            Op::Iota => Some(Source::Coord(node.attrs.usize("axis"))),
+            Op::Constant => Some(Source::Const(node.attrs.of(key::VALUE) as f32)),
+            Op::Iota => Some(Source::Coord(node.attrs.of(key::AXIS))),
             _ => None,
         }
     }
@@ -365,11 +366,11 @@ impl Lowering<'_> {
                     Min => RowKind::Min,
                     _ => RowKind::Logsumexp,
                 };
-                let axes = node.attrs.usizes("axes");
+                let axes = node.attr(key::AXES);
                 self.reduce(node, kind, &axes, label)?;
             }
             Argmax => {
-                let axis = node.attrs.usize("axis");
+                let axis = node.attr(key::AXIS);
                 self.reduce(node, RowKind::Argmax, &[axis], label)?;
             }
             Reshape => {
@@ -386,12 +387,12 @@ impl Lowering<'_> {
                 self.views.insert(out, view);
             }
             Permute => {
-                let perm = node.attrs.usizes("perm");
+                let perm = node.attr(key::PERM);
                 let v = self.view(node.inputs[0])?.permute(&perm);
                 self.views.insert(out, v);
             }
             Transpose => {
-                let (d0, d1) = (node.attrs.usize("dim0"), node.attrs.usize("dim1"));
+                let (d0, d1) = (node.attr(key::DIM0), node.attr(key::DIM1));
                 let mut perm: Vec<usize> = (0..out_ty.rank()).collect();
                 perm.swap(d0, d1);
                 let v = self.view(node.inputs[0])?.permute(&perm);
@@ -404,23 +405,23 @@ impl Lowering<'_> {
             Unsqueeze => {
                 let v = self
                     .view(node.inputs[0])?
-                    .unsqueeze(node.attrs.usize("axis"));
+                    .unsqueeze(node.attrs.of(key::AXIS));
                 self.views.insert(out, v);
             }
             Squeeze => {
-                let v = self.view(node.inputs[0])?.squeeze(node.attrs.usize("axis"));
+                let v = self.view(node.inputs[0])?.squeeze(node.attrs.of(key::AXIS));
                 self.views.insert(out, v);
             }
             Slice => {
-                let axis = node.attrs.usize("axis");
-                let (start, step) = (node.attrs.usize("start"), node.attrs.usize("step"));
+                let axis = node.attr(key::AXIS);
+                let (start, step) = (node.attr(key::START), node.attr(key::STEP));
                 let v = self
                     .view(node.inputs[0])?
                     .slice(axis, start, out_ty.shape[axis], step);
                 self.views.insert(out, v);
             }
             Concat => {
-                let axis = node.attrs.usize("axis");
+                let axis = node.attr(key::AXIS);
                 let dst = self.temp(out);
                 let mut at = 0;
                 for &x in &node.inputs {
@@ -439,11 +440,11 @@ impl Lowering<'_> {
                 } else {
                     RowKind::LogSoftmax
                 };
-                let axis = node.attrs.usize("axis");
+                let axis = node.attr(key::AXIS);
                 self.row_map(node, kind, &[axis], label)?;
             }
             LayerNorm | RmsNorm => {
-                let eps = node.attrs.float("eps") as f32;
+                let eps = node.attr(key::EPS) as f32;
                 let kind = if node.op == LayerNorm {
                     RowKind::LayerNorm { eps }
                 } else {
@@ -466,10 +467,10 @@ impl Lowering<'_> {
                         w,
                         bias,
                         out,
-                        stride: pair(node, "stride"),
-                        padding: pair(node, "padding"),
-                        dilation: pair(node, "dilation"),
-                        groups: node.attrs.usize("groups"),
+                        stride: pair(node, key::STRIDE),
+                        padding: pair(node, key::PADDING),
+                        dilation: pair(node, key::DILATION),
+                        groups: node.attr(key::GROUPS),
                     })
                 });
             }
@@ -480,9 +481,9 @@ impl Lowering<'_> {
                         max: node.op == MaxPool2d,
                         x,
                         out,
-                        kernel: pair(node, "kernel"),
-                        stride: pair(node, "stride"),
-                        padding: pair(node, "padding"),
+                        kernel: pair(node, key::KERNEL),
+                        stride: pair(node, key::STRIDE),
+                        padding: pair(node, key::PADDING),
                     })
                 });
             }
@@ -503,10 +504,10 @@ impl Lowering<'_> {
                         a,
                         b,
                         out,
-                        stride: pair(node, "stride"),
-                        padding: pair(node, "padding"),
-                        dilation: pair(node, "dilation"),
-                        groups: node.attrs.usize("groups"),
+                        stride: pair(node, key::STRIDE),
+                        padding: pair(node, key::PADDING),
+                        dilation: pair(node, key::DILATION),
+                        groups: node.attr(key::GROUPS),
                     })
                 });
             }
@@ -521,16 +522,16 @@ impl Lowering<'_> {
                         x,
                         dy,
                         out,
-                        kernel: pair(node, "kernel"),
-                        stride: pair(node, "stride"),
-                        padding: pair(node, "padding"),
+                        kernel: pair(node, key::KERNEL),
+                        stride: pair(node, key::STRIDE),
+                        padding: pair(node, key::PADDING),
                     })
                 });
             }
             EmbeddingGrad => {
                 let dy = self.view(node.inputs[0])?;
                 let ids = self.view(node.inputs[1])?;
-                self.note_index_input(&ids, node.attrs.usize("num_embeddings"));
+                self.note_index_input(&ids, node.attr(key::NUM_EMBEDDINGS));
                 self.write_new(out, label, |out| {
                     KernelPlan::ScatterAdd(ScatterAdd { dy, ids, out })
                 });
@@ -541,9 +542,9 @@ impl Lowering<'_> {
                     KernelPlan::SliceGrad(crate::kernel::SliceGrad {
                         dy,
                         out,
-                        axis: node.attrs.usize("axis"),
-                        start: node.attrs.usize("start"),
-                        step: node.attrs.usize("step"),
+                        axis: node.attr(key::AXIS),
+                        start: node.attr(key::START),
+                        step: node.attr(key::STEP),
                     })
                 });
             }
@@ -684,14 +685,14 @@ impl Lowering<'_> {
     fn group_norm(&mut self, node: &Node, label: String) -> Result<(), CompileError> {
         let out = node.outputs[0];
         let shape = self.g.ty(out).shape.clone();
-        let groups = node.attrs.usize("groups");
+        let groups = node.attr(key::GROUPS);
         let (c, per_group) = (shape[1], shape[1] / groups);
         // View [N, C, *S] as [N, G, C/G, *S]; reduce everything but N and G.
         let mut split = shape.clone();
         split.splice(1..2, [groups, per_group]);
         let axes: Vec<usize> = (2..split.len()).collect();
         let dst = self.temp(out);
-        let eps = node.attrs.float("eps") as f32;
+        let eps = node.attr(key::EPS) as f32;
         let rank = shape.len();
         let rows = self.row_map_views(
             node,
@@ -769,7 +770,7 @@ impl Lowering<'_> {
         let yv = yv.unsqueeze(1).broadcast_to(&lv.shape);
         let n = lv.shape[0];
         let out = node.outputs[0];
-        let reduction = node.attrs.str("reduction").to_string();
+        let reduction = node.attr(key::REDUCTION).to_string();
         let per_row_ty = TensorType::f32(vec![n]);
         let per_row = if reduction == "none" {
             self.temp(out)
@@ -832,7 +833,7 @@ impl Lowering<'_> {
     }
 
     fn mse_loss(&mut self, node: &Node, label: String) -> Result<(), CompileError> {
-        let reduction = node.attrs.str("reduction").to_string();
+        let reduction = node.attr(key::REDUCTION).to_string();
         if reduction == "none" {
             return self.map(node, label, |insts, l| {
                 let d = push(insts, Inst::Binary(BinaryFn::Sub, l[0], l[1]));
@@ -874,12 +875,12 @@ impl Lowering<'_> {
         match node.op {
             Op::Sgd => {
                 let (lr, momentum, dampening, wd) = (
-                    a.float("lr"),
-                    a.float("momentum"),
-                    a.float("dampening"),
-                    a.float("weight_decay"),
+                    a.of(key::LR),
+                    a.of(key::MOMENTUM),
+                    a.of(key::DAMPENING),
+                    a.of(key::WEIGHT_DECAY),
                 );
-                let nesterov = a.bool("nesterov");
+                let nesterov = a.of(key::NESTEROV);
                 self.map(node, label, move |insts, l| {
                     let (p, g) = (l[0], l[1]);
                     let g = if wd != 0.0 {
@@ -915,11 +916,11 @@ impl Lowering<'_> {
             _ => {
                 let decoupled = node.op == Op::AdamW;
                 let (lr, b1, b2, eps, wd) = (
-                    a.float("lr"),
-                    a.float("beta1"),
-                    a.float("beta2"),
-                    a.float("eps"),
-                    a.float("weight_decay"),
+                    a.of(key::LR),
+                    a.of(key::BETA1),
+                    a.of(key::BETA2),
+                    a.of(key::EPS),
+                    a.of(key::WEIGHT_DECAY),
                 );
                 self.map(node, label, move |insts, l| {
                     let (p, g, m, v, t) = (l[0], l[1], l[2], l[3], l[4]);
@@ -999,7 +1000,7 @@ fn unary_fn(node: &Node) -> UnaryFn {
         Op::Silu => UnaryFn::Silu,
         Op::Sin => UnaryFn::Sin,
         Op::Cos => UnaryFn::Cos,
-        Op::Gelu if node.attrs.str("approximate") == "tanh" => UnaryFn::GeluTanh,
+        Op::Gelu if node.attr(key::APPROXIMATE) == "tanh" => UnaryFn::GeluTanh,
         Op::Gelu => UnaryFn::GeluErf,
         other => unreachable!("{} is not unary", other.name()),
     }
@@ -1024,7 +1025,7 @@ fn binary_fn(op: Op) -> BinaryFn {
 }
 
 /// A two-entry list attribute (stride, padding, ...) of a verified node.
-fn pair(node: &Node, name: &str) -> [usize; 2] {
-    let v = node.attrs.usizes(name);
+fn pair(node: &Node, key: sinter_ir::Key<sinter_ir::attr::kind::Indices>) -> [usize; 2] {
+    let v = node.attr(key);
     [v[0], v[1]]
 }

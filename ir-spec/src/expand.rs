@@ -14,7 +14,8 @@
 //! `mul` of the two. The interpreter evaluates `attention` directly with exactly these steps,
 //! in this order.
 
-use crate::attr::{Attr, Attrs};
+use crate::attr::Attrs;
+use crate::attr::key;
 use crate::graph::{Graph, GraphError, Node, ValueDef, ValueId};
 use crate::op::Op;
 
@@ -74,11 +75,7 @@ impl Rebuild<'_> {
 
     /// Adds a scalar f32 literal with a fresh name.
     pub fn constant(&mut self, value: f64) -> Result<ValueId, GraphError> {
-        self.add(
-            Op::Constant,
-            &[],
-            Attrs::new().with("value", Attr::Float(value)),
-        )
+        self.add(Op::Constant, &[], Attrs::new().and(key::VALUE, value))
     }
 }
 
@@ -172,10 +169,6 @@ pub fn expand_composites(g: &Graph) -> Graph {
     .expect("the expansion of a verified graph type-checks")
 }
 
-fn int(v: usize) -> Attr {
-    Attr::Int(v as i64)
-}
-
 /// `attention` as primitives.
 fn expand_attention(
     rb: &mut Rebuild,
@@ -188,24 +181,24 @@ fn expand_attention(
     let kt = rb.add(
         Op::Transpose,
         &[k],
-        Attrs::new().with("dim0", int(2)).with("dim1", int(3)),
+        Attrs::new().and(key::DIM0, 2).and(key::DIM1, 3),
     )?;
     let qk = rb.add(Op::Matmul, &[q, kt], Attrs::new())?;
-    let scale = rb.constant(a.float("scale"))?;
+    let scale = rb.constant(a.of(key::SCALE))?;
     let mut s = rb.add(Op::Mul, &[qk, scale], Attrs::new())?;
     if let Some(mask) = mask {
-        s = if a.str("mask_kind") == "additive" {
+        s = if a.of(key::MASK_KIND) == "additive" {
             rb.add(Op::Add, &[s, mask], Attrs::new())?
         } else {
             let neg_inf = rb.constant(f64::NEG_INFINITY)?;
             rb.add(Op::Where, &[mask, s, neg_inf], Attrs::new())?
         };
     }
-    if let Some(keep) = key_filter(rb, sq, sk, a.bool("causal"), a.usize("window"))? {
+    if let Some(keep) = key_filter(rb, sq, sk, a.of(key::CAUSAL), a.of(key::WINDOW))? {
         let neg_inf = rb.constant(f64::NEG_INFINITY)?;
         s = rb.add(Op::Where, &[keep, s, neg_inf], Attrs::new())?;
     }
-    let p = rb.add(Op::Softmax, &[s], Attrs::new().with("axis", int(3)))?;
+    let p = rb.add(Op::Softmax, &[s], Attrs::new().and(key::AXIS, 3))?;
     rb.add(Op::Matmul, &[p, v], Attrs::new())
 }
 
@@ -226,8 +219,8 @@ fn key_filter(
             Op::Iota,
             &[],
             Attrs::new()
-                .with("shape", Attr::ints(&[sq as i64, sk as i64]))
-                .with("axis", int(axis)),
+                .and(key::SHAPE, vec![sq, sk])
+                .and(key::AXIS, axis),
         )
     };
     let row = iota(rb, 0)?;

@@ -3,6 +3,7 @@
 //! NaN propagates as in PyTorch: `maximum`/`minimum` (and `relu`) return NaN when an operand is
 //! NaN; comparisons with NaN are false (0.0), as IEEE says.
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::special::{gelu_erf, gelu_tanh};
 use crate::interp::tensor::{Tensor, View};
@@ -26,7 +27,7 @@ pub(crate) fn unary(cx: &Cx) -> Tensor {
         Op::Silu => |x| x * sigmoid(x),
         Op::Sin => f64::sin,
         Op::Cos => f64::cos,
-        Op::Gelu => match cx.attrs.str("approximate") {
+        Op::Gelu => match cx.attrs.of(key::APPROXIMATE) {
             "tanh" => gelu_tanh,
             _ => gelu_erf,
         },
