@@ -158,15 +158,51 @@ where
     Ok(rb.new)
 }
 
-/// A new graph with every `attention` node replaced by primitives (see the module docs); every
-/// other node, every name, assign and output is preserved, and the expanded attention's result
-/// keeps its name.
+/// A new graph with every `attention` node replaced by primitives (see the module docs) and
+/// every `matmul` with a 1-D operand written as a matrix product of promoted operands (see
+/// [`promote_matmul`]); every other node, every name, assign and output is preserved, and each
+/// replaced node's result keeps its name.
 pub fn expand_composites(g: &Graph) -> Graph {
     rebuild(g, |rb, node, inputs| match node.op {
         Op::Attention => expand_attention(rb, node, inputs).map(|v| Some(vec![v])),
+        Op::Matmul => promote_matmul(rb, inputs),
         _ => Ok(None),
     })
     .expect("the expansion of a verified graph type-checks")
+}
+
+/// `torch.matmul`'s 1-D promotion, made explicit once so that no later pass handles it: a 1-D
+/// `a` `[K]` becomes `[1, K]` and a 1-D `b` becomes `[K, 1]`, and the added axis is squeezed from
+/// the product. `None` (keep the node) when both operands have rank 2 or more.
+fn promote_matmul(
+    rb: &mut Rebuild,
+    inputs: &[ValueId],
+) -> Result<Option<Vec<ValueId>>, GraphError> {
+    let (a, b) = (inputs[0], inputs[1]);
+    let (ra, rb_rank) = (rb.graph().ty(a).rank(), rb.graph().ty(b).rank());
+    if ra > 1 && rb_rank > 1 {
+        return Ok(None);
+    }
+    let unsqueeze = |rb: &mut Rebuild, x, axis: usize| {
+        rb.add(Op::Unsqueeze, &[x], Attrs::new().and(key::AXIS, axis))
+    };
+    let a2 = if ra == 1 { unsqueeze(rb, a, 0)? } else { a };
+    let b2 = if rb_rank == 1 {
+        unsqueeze(rb, b, 1)?
+    } else {
+        b
+    };
+    let mut out = rb.add(Op::Matmul, &[a2, b2], Attrs::new())?;
+    // The product is [.., M, N]; drop N first (the last axis), then M.
+    if rb_rank == 1 {
+        let last = rb.graph().ty(out).rank() - 1;
+        out = rb.add(Op::Squeeze, &[out], Attrs::new().and(key::AXIS, last))?;
+    }
+    if ra == 1 {
+        let m_axis = rb.graph().ty(out).rank() - if rb_rank == 1 { 1 } else { 2 };
+        out = rb.add(Op::Squeeze, &[out], Attrs::new().and(key::AXIS, m_axis))?;
+    }
+    Ok(Some(vec![out]))
 }
 
 /// `attention` as primitives.

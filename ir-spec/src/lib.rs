@@ -8,6 +8,7 @@
 
 pub mod artifact;
 pub mod attr;
+pub mod decompose;
 pub mod diag;
 pub mod expand;
 pub mod graph;

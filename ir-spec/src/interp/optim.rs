@@ -25,7 +25,12 @@ pub(crate) fn sgd(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     let mut new_param = Vec::with_capacity(param.len());
     let mut new_buf = Vec::with_capacity(param.len());
     for i in 0..param.len() {
-        let mut g = grad[i] + wd * param[i];
+        // as torch: the decay term only when it is not zero
+        let mut g = if wd != 0.0 {
+            grad[i] + wd * param[i]
+        } else {
+            grad[i]
+        };
         if let Some(buf) = buf {
             let b = momentum * buf[i] + (1.0 - dampening) * g;
             g = if nesterov { g + momentum * b } else { b };
@@ -69,8 +74,10 @@ pub(crate) fn adam(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     for i in 0..n {
         let (p, g) = if decoupled {
             (param[i] * (1.0 - lr * wd), grad[i])
-        } else {
+        } else if wd != 0.0 {
             (param[i], grad[i] + wd * param[i])
+        } else {
+            (param[i], grad[i])
         };
         let mi = beta1 * m[i] + (1.0 - beta1) * g;
         let vi = beta2 * v[i] + (1.0 - beta2) * g * g;
