@@ -48,6 +48,44 @@ enum Command {
     Matmul(MatmulArgs),
     /// The per-kernel GPU profile of one graph (.sart, or .sir compiled first).
     Run(RunArgs),
+    /// A GPT-2-style training step (generated): compile time, the first two losses, time per
+    /// step and the kernel profile; writes the program, its initial weights and the batch for
+    /// `bench/gpt_torch.py`.
+    Gpt(GptArgs),
+}
+
+#[derive(clap::Args)]
+struct GptArgs {
+    #[arg(long, default_value_t = 12)]
+    layers: usize,
+    #[arg(long, default_value_t = 768)]
+    width: usize,
+    #[arg(long, default_value_t = 12)]
+    heads: usize,
+    #[arg(long, default_value_t = 512)]
+    context: usize,
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    #[arg(long, default_value_t = 2048)]
+    vocab: usize,
+    /// Timed training steps (after three untimed ones).
+    #[arg(long, default_value_t = 20)]
+    steps: u32,
+    /// Profiled steps (GPU timestamps around every dispatch).
+    #[arg(long, default_value_t = 3)]
+    profile: u32,
+    /// Compile without the e-graph optimizer.
+    #[arg(long)]
+    no_opt: bool,
+    /// Only generate and compile (no GPU): compile time and kernel counts.
+    #[arg(long)]
+    compile_only: bool,
+    /// Folder for gpt.sir, config.json, init.safetensors, ids.npy and targets.npy.
+    #[arg(long, default_value = "gpt-bench")]
+    out: PathBuf,
+    /// Largest arena binding the compiler may plan, in bytes.
+    #[arg(long)]
+    max_binding: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -113,6 +151,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Matmul(args) => matmul(args, &out),
         Command::Run(args) => run(args, &out),
+        Command::Gpt(args) => gpt(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -542,4 +581,173 @@ fn record_run(file: &Path, p: &Profile, out: &Output) {
         ("timestamps", Json::Str(format!("{:?}", p.mode))),
         ("adapter", Json::Str(p.adapter.clone())),
     ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// gpt
+
+fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
+    use sinter_cli::gpt::{GptConfig, program};
+    let cfg = GptConfig {
+        layers: args.layers,
+        width: args.width,
+        heads: args.heads,
+        context: args.context,
+        batch: args.batch,
+        vocab: args.vocab,
+    };
+    cfg.check().map_err(Failure::Error)?;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Failure::Error(format!("cannot create {}: {e}", args.out.display())))?;
+    let write = |name: &str, bytes: &[u8]| {
+        let path = args.out.join(name);
+        std::fs::write(&path, bytes)
+            .map_err(|e| Failure::Error(format!("cannot write {}: {e}", path.display())))
+    };
+    let src = program(&cfg);
+    write("gpt.sir", src.as_bytes())?;
+    let config = format!(
+        "{{\"layers\":{},\"width\":{},\"heads\":{},\"context\":{},\"batch\":{},\"vocab\":{},\"lr\":0.0003,\"weight_decay\":0.1}}\n",
+        cfg.layers, cfg.width, cfg.heads, cfg.context, cfg.batch, cfg.vocab
+    );
+    write("config.json", config.as_bytes())?;
+
+    let t = Instant::now();
+    let graph =
+        sinter_ir::text::parse(&src).map_err(|d| Failure::Error(d.render("gpt.sir", &src)))?;
+    let mut options = sinter_compiler::Options {
+        optimize: !args.no_opt,
+        ..Default::default()
+    };
+    if let Some(bytes) = args.max_binding {
+        options.max_binding_size = bytes;
+    }
+    let compiled = sinter_compiler::compile(&graph, &options)?;
+    let compile_s = seconds(t);
+    let optimize_s = compiled
+        .optimize
+        .as_ref()
+        .map_or(0.0, |r| r.total_time.as_secs_f64());
+    let artifact = compiled.artifact;
+    let impl_name = if args.no_opt {
+        "sinter-no-opt"
+    } else {
+        "sinter"
+    };
+    out.table(&format!(
+        "# gpt {}x{} ({} heads, context {}, batch {}, vocab {}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",
+        cfg.layers,
+        cfg.width,
+        cfg.heads,
+        cfg.context,
+        cfg.batch,
+        cfg.vocab,
+        cfg.params() as f64 / 1e6,
+        artifact.kernels.len(),
+        artifact.dispatches.len(),
+        artifact.memory.peak_bytes as f64 / (1 << 20) as f64
+    ));
+    if let Some(r) = &compiled.optimize {
+        out.table(&format!("{r}"));
+    }
+    let mut fields = vec![
+        ("bench", Json::Str("gpt".into())),
+        ("impl", Json::Str(impl_name.into())),
+        ("layers", Json::Int(cfg.layers as u64)),
+        ("width", Json::Int(cfg.width as u64)),
+        ("heads", Json::Int(cfg.heads as u64)),
+        ("context", Json::Int(cfg.context as u64)),
+        ("batch", Json::Int(cfg.batch as u64)),
+        ("vocab", Json::Int(cfg.vocab as u64)),
+        ("compile_s", Json::Num(compile_s)),
+        ("optimize_s", Json::Num(optimize_s)),
+        ("kernels", Json::Int(artifact.kernels.len() as u64)),
+        ("dispatches", Json::Int(artifact.dispatches.len() as u64)),
+        ("arena_bytes", Json::Int(artifact.memory.peak_bytes)),
+    ];
+    if args.compile_only {
+        out.record(&fields);
+        return Ok(());
+    }
+
+    // the batch: random tokens, each target the next token
+    let mut rng = Rng(7);
+    let n = cfg.batch * cfg.context;
+    let ids: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
+    let targets: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
+    let shape = vec![cfg.batch, cfg.context];
+    let ids = HostTensor::i32(shape.clone(), ids);
+    let targets = HostTensor::i32(shape, targets);
+    sinter_runtime::io::write_npy(&args.out.join("ids.npy"), &ids)?;
+    sinter_runtime::io::write_npy(&args.out.join("targets.npy"), &targets)?;
+
+    let t = Instant::now();
+    let mut session = Session::load_with(artifact, &choice()?)?;
+    let load_s = seconds(t);
+    let params: Vec<(String, HostTensor)> = session
+        .weights()?
+        .into_iter()
+        .filter(|(name, _)| {
+            graph
+                .lookup(name)
+                .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::Param(_)))
+        })
+        .collect();
+    sinter_runtime::io::write_safetensors(&args.out.join("init.safetensors"), &params)?;
+    let feeds = [("ids", &ids), ("targets", &targets)];
+    let loss = |o: &sinter_runtime::Outputs| -> f64 {
+        f32_data(o, "loss").map_or(f64::NAN, |v| f64::from(v[0]))
+    };
+    let loss0 = loss(&session.run_reading(&feeds, &["loss"])?);
+    let loss1 = loss(&session.run_reading(&feeds, &["loss"])?);
+    session.run_reading(&feeds, &["loss"])?;
+    let t = Instant::now();
+    for _ in 1..args.steps {
+        session.run_reading(&feeds, &[])?;
+    }
+    let last = loss(&session.run_reading(&feeds, &["loss"])?);
+    let step_ms = seconds(t) * 1e3 / f64::from(args.steps.max(1));
+    let profile = session.profile(&feeds, args.profile.max(1))?;
+    out.table(&format!(
+        "# loaded in {load_s:.2} s; loss {loss0:.6} then {loss1:.6} ({} steps later {last:.4}); {step_ms:.3} ms per step (wall), {:.3} ms of kernels (GPU timestamps)",
+        args.steps,
+        profile.gpu_ns / 1e6
+    ));
+    out.table(&pattern_table(&profile));
+    out.table(&profile.to_string());
+    fields.extend([
+        ("loss0", Json::Num(loss0)),
+        ("loss1", Json::Num(loss1)),
+        ("step_ms", Json::Num(step_ms)),
+        ("gpu_ms", Json::Num(profile.gpu_ns / 1e6)),
+        ("busy_ms", Json::Num(profile.busy_ns / 1e6)),
+        ("adapter", Json::Str(profile.adapter.clone())),
+    ]);
+    out.record(&fields);
+    Ok(())
+}
+
+/// GPU time by kernel pattern, largest first.
+fn pattern_table(p: &Profile) -> String {
+    let mut by: Vec<(String, usize, f64)> = Vec::new();
+    for k in &p.kernels {
+        match by.iter_mut().find(|(name, _, _)| *name == k.pattern) {
+            Some(e) => {
+                e.1 += k.dispatches;
+                e.2 += k.median_ns;
+            }
+            None => by.push((k.pattern.clone(), k.dispatches, k.median_ns)),
+        }
+    }
+    by.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut s = String::from("pattern              dispatches   ms       share\n");
+    for (name, d, ns) in by {
+        let share = if p.gpu_ns > 0.0 { ns / p.gpu_ns } else { 0.0 };
+        s.push_str(&format!(
+            "{name:<20} {d:>10}   {:<8} {:>5.1}%\n",
+            ms(ns),
+            share * 100.0
+        ));
+    }
+    s
 }
