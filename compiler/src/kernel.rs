@@ -149,6 +149,38 @@ impl KernelPlan {
         }
     }
 
+    /// Bytes the kernel reads and writes: for each view it touches, its distinct elements (a
+    /// broadcast axis counts once).
+    pub fn bytes_moved(&self) -> u64 {
+        let distinct = |v: &View| -> u64 {
+            v.shape
+                .iter()
+                .zip(&v.strides)
+                .filter(|(_, s)| **s != 0)
+                .map(|(&d, _)| d as u64)
+                .product::<u64>()
+                * 4
+        };
+        let views: Vec<&View> = match self {
+            KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),
+            KernelPlan::Matmul(m) => {
+                let mut v = vec![&m.a, &m.b, &m.out];
+                if let Some(e) = &m.epilogue {
+                    v.extend(&e.operands[1..]);
+                }
+                v
+            }
+            KernelPlan::Conv2d(c) => [&c.x, &c.w, &c.out].into_iter().chain(&c.bias).collect(),
+            KernelPlan::Pool2d(p) => vec![&p.x, &p.out],
+            KernelPlan::Gather(g) => vec![&g.table, &g.ids, &g.out],
+            KernelPlan::Conv2dGrad(c) => vec![&c.a, &c.b, &c.out],
+            KernelPlan::Pool2dGrad(p) => [&p.dy, &p.out].into_iter().chain(&p.x).collect(),
+            KernelPlan::ScatterAdd(s) => vec![&s.dy, &s.ids, &s.out],
+            KernelPlan::SliceGrad(s) => vec![&s.dy, &s.out],
+        };
+        views.into_iter().map(distinct).sum()
+    }
+
     /// Buffers read and written, for liveness.
     pub fn buffers(&self) -> (Vec<crate::layout::BufferId>, Vec<crate::layout::BufferId>) {
         match self {

@@ -29,6 +29,8 @@ pub struct KNode {
     /// The source values this node computes or absorbed (as `value = op`), for the artifact's
     /// kernel listing.
     pub sources: Vec<String>,
+    /// The rewrite rules that built this node (empty for a source op).
+    pub rules: Vec<String>,
 }
 
 impl KNode {
@@ -117,6 +119,7 @@ impl KernelGraph {
                     .iter()
                     .map(|&o| format!("{} = {}", g.name_of(o), n.op.name()))
                     .collect(),
+                rules: Vec::new(),
             })
             .collect();
         KernelGraph {
@@ -154,6 +157,76 @@ impl KernelGraph {
 
     pub fn is_persistent(&self, v: ValueId) -> bool {
         matches!(self.value(v).def, KDef::Param(_) | KDef::State(_))
+    }
+
+    /// The graph in Graphviz's DOT language: one box per kernel (its op, or the pattern of a
+    /// fused kernel and how many source ops it covers), one ellipse per input, param and state,
+    /// an edge per operand labelled with its type; outputs and assign sources doubly outlined.
+    pub fn to_dot(&self) -> String {
+        use std::fmt::Write;
+        let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut s = format!(
+            "digraph \"{}\" {{\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n",
+            quote(&self.name)
+        );
+        let results: std::collections::HashSet<ValueId> = self
+            .outputs
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(self.assigns.iter().map(|(_, v)| *v))
+            .collect();
+        for (i, v) in self.values.iter().enumerate() {
+            if !matches!(v.def, KDef::Node { .. }) {
+                let kind = match v.def {
+                    KDef::Input => "input",
+                    KDef::Param(_) => "param",
+                    _ => "state",
+                };
+                writeln!(
+                    s,
+                    "  v{i} [shape=ellipse, label=\"{kind} {}\\n{}\"];",
+                    quote(&v.name),
+                    v.ty
+                )
+                .unwrap();
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let what = match &node.op {
+                KernelOp::Ir(op, _) => op.name().to_string(),
+                KernelOp::Fused(p) => format!("fused {} ({} ops)", p.pattern(), node.sources.len()),
+                KernelOp::MatmulEpilogue(_) => {
+                    format!("matmul + epilogue ({} ops)", node.sources.len())
+                }
+            };
+            let names: Vec<&str> = node.outputs.iter().map(|&o| self.name_of(o)).collect();
+            let peripheries = if node.outputs.iter().any(|o| results.contains(o)) {
+                2
+            } else {
+                1
+            };
+            writeln!(
+                s,
+                "  n{n} [shape=box, peripheries={peripheries}, label=\"{}\\n{}\"];",
+                quote(&names.join(", ")),
+                quote(&what)
+            )
+            .unwrap();
+            for &input in &node.inputs {
+                let from = match self.value(input).def {
+                    KDef::Node { node: m, .. } => format!("n{m}"),
+                    _ => format!("v{}", input.index()),
+                };
+                writeln!(
+                    s,
+                    "  {from} -> n{n} [label=\"{}\", fontsize=8];",
+                    self.ty(input)
+                )
+                .unwrap();
+            }
+        }
+        s.push_str("}\n");
+        s
     }
 
     /// Adds a value computed by node `node` (the node must be pushed with this value among its

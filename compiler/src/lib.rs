@@ -79,6 +79,9 @@ pub struct Options {
     pub matmul_tile: Option<codegen::matmul::Tile>,
     /// Run the e-graph optimizer (`--no-opt` turns it off).
     pub optimize: bool,
+    /// Keep the kernel graphs before and after optimization as Graphviz DOT text
+    /// ([`Compiled::dot`]).
+    pub dot: bool,
 }
 
 impl Default for Options {
@@ -88,6 +91,7 @@ impl Default for Options {
             dump_after: Vec::new(),
             matmul_tile: None,
             optimize: true,
+            dot: false,
         }
     }
 }
@@ -102,18 +106,17 @@ pub struct Compiled {
     pub warnings: Vec<String>,
     /// What the optimizer did (`None` with `--no-opt`).
     pub optimize: Option<optimize::Report>,
+    /// With [`Options::dot`]: `(name, DOT text)` of the kernel graph before optimization (the
+    /// decomposed graph, one kernel per primitive) and after.
+    pub dot: Vec<(&'static str, String)>,
 }
 
 /// The whole pipeline, pass by pass.
 pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileError> {
     let mut dumps = Vec::new();
-    let (artifact, warnings, report) = run_passes(graph, options, &mut dumps)?;
-    Ok(Compiled {
-        artifact,
-        dumps,
-        warnings,
-        optimize: report,
-    })
+    let mut compiled = run_passes(graph, options, &mut dumps)?;
+    compiled.dumps = dumps;
+    Ok(compiled)
 }
 
 /// [`compile`], keeping the dumps of the passes that ran when a later one fails (that is when
@@ -124,24 +127,20 @@ pub fn compile_keeping_dumps(
 ) -> (Vec<(Pass, String)>, Result<Compiled, CompileError>) {
     let mut dumps = Vec::new();
     match run_passes(graph, options, &mut dumps) {
-        Ok((artifact, warnings, report)) => (
-            Vec::new(),
-            Ok(Compiled {
-                artifact,
-                dumps,
-                warnings,
-                optimize: report,
-            }),
-        ),
+        Ok(mut compiled) => {
+            compiled.dumps = dumps;
+            (Vec::new(), Ok(compiled))
+        }
         Err(e) => (dumps, Err(e)),
     }
 }
 
+/// Every pass in order; the dumps go to `dumps` as they are made.
 fn run_passes(
     graph: &Graph,
     options: &Options,
     dumps: &mut Vec<(Pass, String)>,
-) -> Result<(Artifact, Vec<String>, Option<optimize::Report>), CompileError> {
+) -> Result<Compiled, CompileError> {
     let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
         if options.dump_after.contains(&pass) {
             dumps.push((pass, text()));
@@ -155,6 +154,7 @@ fn run_passes(
     let bounds = index_bounds(&graph);
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
+    let unoptimized = kgraph::KernelGraph::from_graph(&graph);
     let (kgraph, report) = if options.optimize {
         let (kg, report) = optimize::optimize(&graph);
         dump(Pass::Optimize, &|| {
@@ -162,14 +162,71 @@ fn run_passes(
         });
         (kg, Some(report))
     } else {
-        (kgraph::KernelGraph::from_graph(&graph), None)
+        (unoptimized.clone(), None)
     };
-    let sched = schedule::lower(&kgraph, bounds)?;
+    let sched = schedule::lower(&kgraph, bounds.clone())?;
+    let summary = match &report {
+        Some(r) => Some(optimizer_summary(
+            r,
+            &schedule::lower(&unoptimized, bounds)?,
+            &sched,
+        )),
+        None => None,
+    };
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let artifact = pack(&kgraph, &sched, &mem, options)?;
-    Ok((artifact, warnings, report))
+    let mut artifact = pack(&kgraph, &sched, &mem, options)?;
+    artifact.optimizer = summary;
+    let dot = if options.dot {
+        vec![("before", unoptimized.to_dot()), ("after", kgraph.to_dot())]
+    } else {
+        Vec::new()
+    };
+    Ok(Compiled {
+        artifact,
+        dumps: Vec::new(),
+        warnings,
+        optimize: report,
+        dot,
+    })
+}
+
+/// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
+/// per primitive) and after, and the rule sets' runs.
+fn optimizer_summary(
+    report: &optimize::Report,
+    before: &Schedule,
+    after: &Schedule,
+) -> sinter_ir::artifact::OptimizerSummary {
+    use sinter_ir::artifact::{OptimizerSummary, RuleSetSummary, StepSummary};
+    let step = |s: &Schedule, estimate: f64| StepSummary {
+        dispatches: s.steps.len() as u64,
+        bytes_moved: s.steps.iter().map(|st| st.plan.bytes_moved()).sum(),
+        estimated_us: estimate / 1e3,
+    };
+    OptimizerSummary {
+        before: step(before, report.cost_before),
+        after: step(after, report.cost_after),
+        rule_sets: report
+            .sets
+            .iter()
+            .map(|s| RuleSetSummary {
+                name: s.name.to_string(),
+                iterations: s.iterations as u64,
+                stop: s.stop.clone(),
+                e_nodes: s.nodes as u64,
+                e_classes: s.classes as u64,
+                ms: s.time.as_secs_f64() * 1e3,
+                applied: s
+                    .applied
+                    .iter()
+                    .map(|(r, n)| (r.clone(), *n as u64))
+                    .collect(),
+            })
+            .collect(),
+        ms: report.total_time.as_secs_f64() * 1e3,
+    }
 }
 
 /// i32 inputs that index something (embedding ids, class labels), by name, with the number of
@@ -217,6 +274,11 @@ fn pack(
                         k.ops.push(op.clone());
                     }
                 }
+                for r in &step.rules {
+                    if !k.rules.contains(r) {
+                        k.rules.push(r.clone());
+                    }
+                }
                 i
             }
             None => {
@@ -232,6 +294,7 @@ fn pack(
                     workgroup_size: [codegen::WORKGROUP, 1, 1],
                     arena_bindings: src.arenas.len() as u32,
                     loops_bounded: true,
+                    rules: step.rules.clone(),
                 });
                 by_text.insert(src.wgsl.clone(), i);
                 i
@@ -315,6 +378,7 @@ fn pack(
         tensors,
         assigns,
         memory,
+        optimizer: None,
         blob,
     };
     artifact

@@ -44,6 +44,8 @@ pub struct Step {
     pub plan: KernelPlan,
     /// The source ops this step implements, as `value = op`.
     pub ops: Vec<String>,
+    /// The rewrite rules that built its kernel.
+    pub rules: Vec<String>,
 }
 
 /// A named tensor the caller reads after a run: a contiguous view.
@@ -172,7 +174,20 @@ impl Lowering<'_> {
     }
 
     fn push(&mut self, plan: KernelPlan, ops: Vec<String>) {
-        self.sched.steps.push(Step { plan, ops });
+        self.sched.steps.push(Step {
+            plan,
+            ops,
+            rules: Vec::new(),
+        });
+    }
+
+    /// [`Lowering::push`] for a step that lowers `node`, carrying its rules.
+    fn push_node(&mut self, plan: KernelPlan, node: &KNode) {
+        self.sched.steps.push(Step {
+            plan,
+            ops: node.sources.clone(),
+            rules: node.rules.clone(),
+        });
     }
 
     /// The view of a value, materializing folded constants when a non-elementwise op needs them.
@@ -256,13 +271,13 @@ impl Lowering<'_> {
             self.views.insert(o, view.clone());
             outputs.push(view);
         }
-        self.push(
+        self.push_node(
             KernelPlan::Fused(FusedKernel {
                 program,
                 operands,
                 outputs,
             }),
-            node.sources.clone(),
+            node,
         );
         Ok(())
     }
@@ -555,7 +570,11 @@ impl Lowering<'_> {
             b: bv,
             out: out_view,
         };
-        self.push(KernelPlan::Matmul(plan), vec![label]);
+        let step = KNode {
+            sources: vec![label],
+            ..node.clone()
+        };
+        self.push_node(KernelPlan::Matmul(plan), &step);
         self.views.insert(out, dst);
         Ok(())
     }

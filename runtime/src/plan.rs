@@ -219,6 +219,7 @@ mod tests {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            rules: Vec::new(),
         }
     }
 
@@ -254,6 +255,7 @@ mod tests {
             ],
             assigns: vec![],
             memory: MemoryReport::default(),
+            optimizer: None,
             blob: vec![],
         }
     }

@@ -59,6 +59,7 @@ fn chain(d: u32) -> Artifact {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            rules: Vec::new(),
         }],
         dispatches: (0..d)
             .map(|k| Dispatch {
@@ -74,6 +75,7 @@ fn chain(d: u32) -> Artifact {
         ],
         assigns: vec![],
         memory: MemoryReport::default(),
+        optimizer: None,
         blob: vec![],
     }
 }

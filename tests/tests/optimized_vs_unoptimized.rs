@@ -18,12 +18,15 @@ fn examples() -> Vec<String> {
     names
 }
 
-/// Runs `steps` steps and returns the last outputs and every param and state after them.
+/// Named tensors, in order.
+type Named = Vec<(String, HostTensor)>;
+
+/// Runs two steps; returns the dispatch count, the last outputs and every param and state after.
 fn run(
     graph: &sinter_ir::Graph,
     optimize: bool,
     feeds: &[(&str, &HostTensor)],
-) -> (usize, Vec<(String, HostTensor)>, Vec<(String, HostTensor)>) {
+) -> (usize, Named, Named) {
     let options = Options {
         optimize,
         ..Options::default()

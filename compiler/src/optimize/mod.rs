@@ -454,6 +454,15 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             ),
             Head::Leaf(_) | Head::Root => unreachable!("leaves and the root are not kernels"),
         };
+        // each inline absorbs one source op; an epilogue starts from the product and one consumer
+        let inlined =
+            |start: usize| format!("fuse-producer x{}", absorbed.len().saturating_sub(start));
+        let mut rules = match &node.head {
+            Head::Kernel(_) => vec![inlined(1)],
+            Head::MatmulEpilogue(_) => vec!["fuse-matmul-epilogue".to_string(), inlined(2)],
+            _ => Vec::new(),
+        };
+        rules.retain(|r| !r.ends_with(" x0"));
         kg.nodes.push(KNode {
             op,
             inputs,
@@ -463,6 +472,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             } else {
                 absorbed
             },
+            rules,
         });
         value_of.insert(c, out);
     }
@@ -577,6 +587,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
                     inputs: Vec::new(),
                     outputs: Vec::new(),
                     sources: Vec::new(),
+                    rules: Vec::new(),
                 },
             );
             let second = &mut kg.nodes[b];
@@ -584,11 +595,22 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
             outputs.extend(second.outputs.iter().copied());
             let mut sources = first.sources;
             sources.extend(second.sources.iter().cloned());
+            let mut rules: Vec<String> = first.rules;
+            for r in second
+                .rules
+                .iter()
+                .chain(std::iter::once(&"merge-siblings".to_string()))
+            {
+                if !rules.contains(r) {
+                    rules.push(r.clone());
+                }
+            }
             *second = KNode {
                 op: KernelOp::Fused(Box::new(m.program)),
                 inputs: m.operands,
                 outputs,
                 sources,
+                rules,
             };
             alive[a] = false;
             merged += 1;
