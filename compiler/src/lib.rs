@@ -15,7 +15,7 @@ pub mod layout;
 pub mod memory;
 pub mod schedule;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use sinter_ir::artifact::{
@@ -148,6 +148,9 @@ fn pack(
 ) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
+    // The ops each kernel covers, as a set beside the ordered list, so that a kernel shared by
+    // many dispatches is not scanned per dispatch.
+    let mut ops_seen: Vec<HashSet<String>> = Vec::new();
     let mut dispatches = Vec::new();
     let mut req = Requirements {
         max_compute_invocations_per_workgroup: codegen::WORKGROUP,
@@ -160,7 +163,7 @@ fn pack(
             Some(&i) => {
                 let k = &mut kernels[i as usize];
                 for op in &step.ops {
-                    if !k.ops.contains(op) {
+                    if ops_seen[i as usize].insert(op.clone()) {
                         k.ops.push(op.clone());
                     }
                 }
@@ -181,6 +184,7 @@ fn pack(
                     loops_bounded: true,
                 });
                 by_text.insert(src.wgsl.clone(), i);
+                ops_seen.push(step.ops.iter().cloned().collect());
                 i
             }
         };
@@ -215,11 +219,20 @@ fn pack(
     req.max_buffer_size = largest;
 
     let (tensors, blob) = tensor_slots(graph, sched, mem);
+    let declared: HashMap<sinter_ir::ValueId, usize> = sched
+        .buffers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| match b.kind {
+            BufferKind::Persistent(v) | BufferKind::Input(v) => Some((v, i)),
+            BufferKind::Temp => None,
+        })
+        .collect();
     let assigns = sched
         .assigns
         .iter()
         .map(|(target, view)| {
-            let t = mem.placements[target_buffer(sched, *target)];
+            let t = mem.placements[declared[target]];
             let s = mem.placements[view.buffer.0 as usize];
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
@@ -268,14 +281,6 @@ fn pack(
         .check()
         .map_err(|e| CompileError::Internal(e.to_string()))?;
     Ok(artifact)
-}
-
-fn target_buffer(sched: &Schedule, value: sinter_ir::ValueId) -> usize {
-    sched
-        .buffers
-        .iter()
-        .position(|b| b.kind == BufferKind::Persistent(value) || b.kind == BufferKind::Input(value))
-        .expect("every declaration has a buffer")
 }
 
 /// The I/O manifest and the initial-value blob.
