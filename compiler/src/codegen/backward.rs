@@ -195,7 +195,7 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
             );
             writeln!(s, "                    let v = {x}[x_base + c0 * x_s0 + c1 * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3];").unwrap();
             s.push_str(
-                "                    if (!found || v > best) { best = v; bh = u32(ih); bw = u32(iw); found = true; }
+                "                    if (!found || (!is_nan_f32(best) && (v > best || is_nan_f32(v)))) { best = v; bh = u32(ih); bw = u32(iw); found = true; }
                 }
             }
 ",

@@ -129,7 +129,7 @@ pub fn emit_pool(e: &mut Emitter, k: &Pool2d) -> (String, [u32; 3], u32) {
         writeln!(s, "    let {name} = {p};").unwrap();
     }
     let (init, combine) = if k.max {
-        (NEG_INF, "max(acc, v)")
+        (NEG_INF, "max_nan(acc, v)")
     } else {
         ("0.0", "acc + v")
     };

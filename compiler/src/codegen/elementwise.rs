@@ -14,8 +14,6 @@ use crate::kernel::{BinaryFn, Elementwise, Inst, UnaryFn};
 pub fn emit(e: &mut Emitter, k: &Elementwise) -> (String, [u32; 3], u32) {
     let numel: usize = k.shape.iter().product();
     let mut s = String::new();
-    let helpers = helpers(k);
-    s.push_str(&helpers);
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
     thread_index(&mut s);
@@ -42,12 +40,17 @@ pub fn emit(e: &mut Emitter, k: &Elementwise) -> (String, [u32; 3], u32) {
             Inst::Unary(f, x) => (unary(f, &format!("v{x}")), DType::F32),
             Inst::Binary(f, a, b) => (binary(f, &format!("v{a}"), &format!("v{b}")), DType::F32),
             Inst::Select(c, a, b) => {
-                let zero = if types[c] == DType::I32 { "0i" } else { "0.0" };
-                (format!("select(v{b}, v{a}, v{c} != {zero})"), types[a])
+                // A NaN condition is not 0, so it selects `a`.
+                let cond = if types[c] == DType::I32 {
+                    format!("v{c} != 0i")
+                } else {
+                    format!("(v{c} != 0.0 || is_nan_f32(v{c}))")
+                };
+                (format!("select(v{b}, v{a}, {cond})"), types[a])
             }
             Inst::Cast(to, x) => match (types[x], to) {
                 (from, to) if from == to => (format!("v{x}"), to),
-                (_, DType::I32) => (format!("i32(v{x})"), DType::I32),
+                (_, DType::I32) => (format!("f32_to_i32(v{x})"), DType::I32),
                 (_, DType::F32) => (format!("f32(v{x})"), DType::F32),
             },
         };
@@ -79,22 +82,21 @@ fn unary(f: UnaryFn, x: &str) -> String {
         UnaryFn::Neg => format!("-{x}"),
         UnaryFn::Abs => format!("abs({x})"),
         UnaryFn::Exp => format!("exp({x})"),
-        UnaryFn::Log => format!("log({x})"),
-        UnaryFn::Sqrt => format!("sqrt({x})"),
-        UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
+        UnaryFn::Log => format!("log_f32({x})"),
+        UnaryFn::Sqrt => format!("sqrt_f32({x})"),
+        UnaryFn::Rsqrt => format!("rsqrt_f32({x})"),
         UnaryFn::Reciprocal => format!("1.0 / {x}"),
         UnaryFn::Square => format!("{x} * {x}"),
-        UnaryFn::Relu => format!("max({x}, 0.0)"),
+        // NaN and -0.0 pass through, as `x < 0 ? 0 : x`.
+        UnaryFn::Relu => format!("select({x}, 0.0, {x} < 0.0)"),
         UnaryFn::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
-        UnaryFn::Tanh => format!("tanh(clamp({x}, -15.0, 15.0))"),
+        UnaryFn::Tanh => format!("tanh_f32({x})"),
         UnaryFn::Silu => format!("{x} / (1.0 + exp(-{x}))"),
-        UnaryFn::Sin => format!("sin({x})"),
-        UnaryFn::Cos => format!("cos({x})"),
+        UnaryFn::Sin => format!("sin_f32({x})"),
+        UnaryFn::Cos => format!("cos_f32({x})"),
         UnaryFn::GeluErf => format!("0.5 * {x} * (1.0 + erf_f32({x} * 0.70710677))"),
         UnaryFn::GeluTanh => {
-            format!(
-                "0.5 * {x} * (1.0 + tanh(clamp(0.7978846 * ({x} + 0.044715 * {x} * {x} * {x}), -15.0, 15.0)))"
-            )
+            format!("0.5 * {x} * (1.0 + tanh_f32(0.7978846 * ({x} + 0.044715 * {x} * {x} * {x})))")
         }
     }
 }
@@ -108,8 +110,8 @@ fn binary(f: BinaryFn, a: &str, b: &str) -> String {
         BinaryFn::Mul => format!("{a} * {b}"),
         BinaryFn::Div => format!("{a} / {b}"),
         BinaryFn::Pow => format!("pow_f32({a}, {b})"),
-        BinaryFn::Maximum => format!("max({a}, {b})"),
-        BinaryFn::Minimum => format!("min({a}, {b})"),
+        BinaryFn::Maximum => format!("max_nan({a}, {b})"),
+        BinaryFn::Minimum => format!("min_nan({a}, {b})"),
         BinaryFn::Eq => cmp("=="),
         BinaryFn::Lt => cmp("<"),
         BinaryFn::Le => cmp("<="),
@@ -117,41 +119,3 @@ fn binary(f: BinaryFn, a: &str, b: &str) -> String {
         BinaryFn::Ge => cmp(">="),
     }
 }
-
-/// Helper functions the body needs (WGSL has no `erf`, and its `pow` is undefined for
-/// negative bases).
-fn helpers(k: &Elementwise) -> String {
-    let mut s = String::new();
-    if k.insts
-        .iter()
-        .any(|i| matches!(i, Inst::Unary(UnaryFn::GeluErf, _)))
-    {
-        s.push_str(ERF);
-    }
-    if k.insts
-        .iter()
-        .any(|i| matches!(i, Inst::Binary(BinaryFn::Pow, _, _)))
-    {
-        s.push_str(POW);
-    }
-    s
-}
-
-/// erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7).
-const ERF: &str = "fn erf_f32(x: f32) -> f32 {
-    let a = abs(x);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let poly = ((((1.0614054 * t - 1.4531521) * t + 1.4214138) * t - 0.28449672) * t + 0.2548296) * t;
-    return sign(x) * (1.0 - poly * exp(-a * a));
-}
-";
-
-/// torch.pow: negative bases allowed for integral exponents; `pow(x, 0) = 1`.
-const POW: &str = "fn pow_f32(a: f32, b: f32) -> f32 {
-    if (b == 0.0) { return 1.0; }
-    if (a >= 0.0) { return pow(a, b); }
-    if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
-    let m = pow(-a, b);
-    return select(m, -m, fract(b * 0.5) != 0.0);
-}
-";

@@ -14,6 +14,7 @@ mod backward;
 mod conv;
 mod elementwise;
 pub mod matmul;
+pub mod numerics;
 mod rows;
 
 use std::fmt::Write;
@@ -131,7 +132,7 @@ impl Emitter<'_> {
             "fn p(i: u32) -> u32 {{ return params.w[i / 4u][i % 4u]; }}"
         )
         .unwrap();
-        s.push_str(body);
+        s.push_str(&numerics::with_helpers(body));
         let mut params = self.params;
         params.resize(vec4s * 4, 0);
         KernelSource {

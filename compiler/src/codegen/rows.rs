@@ -131,10 +131,11 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
             write_once(&mut s, v, DType::F32);
         }
         RowKind::Max | RowKind::Min => {
+            // NaN-propagating, as IR.md says for `max` and `min`.
             let (init, f) = if k.kind == RowKind::Max {
-                (NEG_INF, "max")
+                (NEG_INF, "max_nan")
             } else {
-                (POS_INF, "min")
+                (POS_INF, "min_nan")
             };
             reduce(
                 &mut s,
@@ -149,16 +150,17 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
         }
         RowKind::Logsumexp => {
             max_and_sum_exp(&mut s, x, &each);
-            write_once(&mut s, "shift + log(total)", DType::F32);
+            write_once(&mut s, "lse", DType::F32);
         }
         RowKind::Argmax => {
-            // Ties go to the smaller index; a thread that saw no element holds index u32::MAX.
+            // The first maximum, a NaN counting as the maximum (`argmax_better`); a thread that
+            // saw no element holds index u32::MAX.
             writeln!(s, "    var best = {NEG_INF};").unwrap();
             writeln!(s, "    var besti = 0xffffffffu;").unwrap();
             each(
                 &mut s,
                 &format!(
-                    "let x = {};\nif (besti == 0xffffffffu || x > best) {{ best = x; besti = j; }}",
+                    "let x = {};\nif (argmax_better(x, j, best, besti)) {{ best = x; besti = j; }}",
                     x.load("r")
                 ),
             );
@@ -169,7 +171,7 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
             writeln!(s, "        if (lane < w) {{").unwrap();
             writeln!(s, "            let b = red[lid + w];").unwrap();
             writeln!(s, "            let bi = redi[lid + w];").unwrap();
-            writeln!(s, "            if (b > red[lid] || (b == red[lid] && bi < redi[lid])) {{ red[lid] = b; redi[lid] = bi; }}").unwrap();
+            writeln!(s, "            if (argmax_better(b, bi, red[lid], redi[lid])) {{ red[lid] = b; redi[lid] = bi; }}").unwrap();
             writeln!(s, "        }}").unwrap();
             writeln!(s, "        workgroupBarrier();").unwrap();
             writeln!(s, "    }}").unwrap();
@@ -181,7 +183,7 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
             let value = if k.kind == RowKind::Softmax {
                 format!("exp({} - shift) / total", x.load("r"))
             } else {
-                format!("{} - shift - log(total)", x.load("r"))
+                format!("{} - shift - log_f32(total)", x.load("r"))
             };
             each(&mut s, &store(&out.arena, &out.at("r"), &value, DType::F32));
         }
@@ -253,7 +255,7 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
             let stride = &x.reduced[0];
             writeln!(
                 s,
-                "            loss = shift + log(total) - {}[{} + u32(label) * {stride}];",
+                "            loss = lse - {}[{} + u32(label) * {stride}];",
                 x.arena, x.base
             )
             .unwrap();
@@ -316,16 +318,18 @@ pub fn combine_segment(s: &mut String, partial: &str, name: &str, combine: &str)
     writeln!(s, "    workgroupBarrier();").unwrap();
 }
 
-/// Binds `shift` (the row max, or 0 when it is -inf) and `total = sum(exp(x - shift))`.
+/// Binds `m` (the row max, NaN if the row holds one), `shift` (`m`, or 0 when it is -inf),
+/// `total = sum(exp(x - shift))` and `lse`, the row's log-sum-exp: `m` itself when `m` is NaN
+/// or infinite (so +inf stays +inf instead of becoming inf - inf), else `shift + log(total)`.
 fn max_and_sum_exp(s: &mut String, x: &Access, each: &dyn Fn(&mut String, &str)) {
     reduce(
         s,
         "m",
         NEG_INF,
-        "max(acc, x)",
+        "max_nan(acc, x)",
         &x.load("r"),
         each,
-        "max(a, b)",
+        "max_nan(a, b)",
     );
     writeln!(s, "    let shift = select(m, 0.0, m == {NEG_INF});").unwrap();
     reduce(
@@ -337,4 +341,9 @@ fn max_and_sum_exp(s: &mut String, x: &Access, each: &dyn Fn(&mut String, &str))
         each,
         "a + b",
     );
+    writeln!(
+        s,
+        "    let lse = select(shift + log_f32(total), m, is_nan_f32(m) || is_inf_f32(m));"
+    )
+    .unwrap();
 }
