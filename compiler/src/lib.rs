@@ -136,7 +136,35 @@ fn run_passes(
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let artifact = pack(&graph, &sched, &mem, options)?;
+    let mut warnings = warnings;
+    warnings.extend(loop_warnings(&artifact));
     Ok((artifact, warnings))
+}
+
+/// A warning per kernel whose invocations loop more often than Mesa's software Vulkan allows
+/// (the runtime refuses to run those dispatches there).
+fn loop_warnings(artifact: &Artifact) -> Vec<String> {
+    let mut worst: Vec<Option<(usize, u64)>> = vec![None; artifact.kernels.len()];
+    for (i, d) in artifact.dispatches.iter().enumerate() {
+        let w = &mut worst[d.kernel as usize];
+        if d.loop_iterations > codegen::LOOP_BUDGET && w.is_none_or(|(_, n)| d.loop_iterations > n)
+        {
+            *w = Some((i, d.loop_iterations));
+        }
+    }
+    worst
+        .iter()
+        .zip(&artifact.kernels)
+        .filter_map(|(w, k)| {
+            let (dispatch, n) = (*w)?;
+            Some(format!(
+                "kernel `{}` (dispatch {dispatch}) runs {n} loop iterations per invocation; \
+                 Mesa's software Vulkan (lavapipe) ends loops after {} and will refuse to run it",
+                k.name,
+                codegen::LOOP_BUDGET
+            ))
+        })
+        .collect()
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.
@@ -182,6 +210,7 @@ fn pack(
                     workgroup_size: [codegen::WORKGROUP, 1, 1],
                     arena_bindings: src.arenas.len() as u32,
                     loops_bounded: true,
+                    param_words: src.params.len() as u32,
                 });
                 by_text.insert(src.wgsl.clone(), i);
                 ops_seen.push(step.ops.iter().cloned().collect());
@@ -205,6 +234,8 @@ fn pack(
             arenas: src.arenas,
             params: src.params,
             workgroups: src.workgroups,
+            loop_iterations: src.loop_iterations,
+            address_words: src.address_words,
         });
     }
     let arena_size = |bytes: u64| bytes.max(4);

@@ -45,7 +45,7 @@ pub struct MemoryPlan {
 }
 
 fn aligned(bytes: u64) -> u64 {
-    bytes.div_ceil(ALIGN).max(1) * ALIGN
+    bytes.div_ceil(ALIGN).max(1).saturating_mul(ALIGN)
 }
 
 /// Live interval of every buffer.

@@ -219,6 +219,7 @@ mod tests {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            param_words: 0,
         }
     }
 
@@ -240,6 +241,8 @@ mod tests {
             arenas: vec![0],
             params: (1..=words as u32).collect(),
             workgroups: [3, 1, 1],
+            loop_iterations: 0,
+            address_words: vec![],
         };
         Artifact {
             graph: "g".into(),

@@ -59,6 +59,7 @@ fn chain(d: u32) -> Artifact {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            param_words: 4,
         }],
         dispatches: (0..d)
             .map(|k| Dispatch {
@@ -66,6 +67,8 @@ fn chain(d: u32) -> Artifact {
                 arenas: vec![0],
                 params: vec![if k == 0 { 0 } else { N }, N, N, 0],
                 workgroups: [1, 1, 1],
+                loop_iterations: 0,
+                address_words: vec![],
             })
             .collect(),
         tensors: vec![

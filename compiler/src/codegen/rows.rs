@@ -12,7 +12,7 @@ use sinter_ir::DType;
 
 use super::{
     ENTRY_ARGS, Emitter, NAN, NEG_INF, POS_INF, WORKGROUP, decompose, f32_literal, grid, load,
-    store,
+    store, strided_loop, unroll_factor,
 };
 use crate::kernel::{RowKind, RowOperand, Rows};
 
@@ -94,14 +94,29 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
     let out = access(&mut s, "out0", &k.outputs[0]);
     let x = &inputs[0];
 
-    // A loop over the row's elements assigned to this thread, with coordinates `r*`.
+    // A loop over the row's elements assigned to this thread, with coordinates `r*`; unrolled
+    // when the row is long enough to pass the loop budget.
+    let (passes, combines) = passes(k.kind);
+    let per_pass = (len as u64).div_ceil(u64::from(seg));
+    let combine_trips = combines * u64::from(seg.trailing_zeros());
+    let unroll = unroll_factor(per_pass, passes, combine_trips);
+    e.loop_trips(per_pass.div_ceil(u64::from(unroll)) * passes + combine_trips);
     let each = |s: &mut String, body: &str| {
-        writeln!(s, "    for (var j = lane; j < len; j = j + SEG) {{").unwrap();
-        decompose(s, "        ", "j", "r", &reduced_dims);
-        for line in body.lines() {
-            writeln!(s, "        {line}").unwrap();
-        }
-        writeln!(s, "    }}").unwrap();
+        strided_loop(
+            s,
+            "    ",
+            "j",
+            "lane",
+            "len",
+            "SEG",
+            unroll,
+            &|s, indent| {
+                decompose(s, indent, "j", "r", &reduced_dims);
+                for line in body.lines() {
+                    writeln!(s, "{indent}{line}").unwrap();
+                }
+            },
+        );
     };
     let write_once = |s: &mut String, value: &str, dtype: DType| {
         writeln!(
@@ -281,6 +296,18 @@ pub fn emit(e: &mut Emitter, k: &Rows) -> (String, [u32; 3], u32) {
     s.push_str("}\n");
     let shared = WORKGROUP * if argmax { 8 } else { 4 };
     (s, grid(rows.div_ceil(per_group as usize)), shared)
+}
+
+/// How many loops over the row (`each`) and how many segment combines (`log2(SEG)` iterations
+/// each) a kind of row kernel runs, for its loop count.
+fn passes(kind: RowKind) -> (u64, u64) {
+    match kind {
+        RowKind::Sum | RowKind::Mean | RowKind::Max | RowKind::Min => (1, 1),
+        RowKind::Argmax | RowKind::SquaredError { .. } => (1, 1),
+        RowKind::Logsumexp | RowKind::CrossEntropy => (2, 2),
+        RowKind::Softmax | RowKind::LogSoftmax | RowKind::LayerNorm { .. } => (3, 2),
+        RowKind::RmsNorm { .. } => (2, 1),
+    }
 }
 
 /// Accumulates `step` (in terms of `acc` and `x = element`) over the row, combines the
