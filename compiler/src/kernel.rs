@@ -5,130 +5,8 @@
 //! each operand is in); the numbers (extents, strides, offsets) go into the param block, so
 //! dispatches of the same structure share one shader.
 
-use sinter_ir::DType;
-
+pub use crate::codegen::fused::FusedKernel;
 use crate::layout::View;
-
-/// One operand of a kernel: a view and its element type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Operand {
-    pub view: View,
-    pub dtype: DType,
-}
-
-/// A scalar instruction of an elementwise body; operands are earlier instruction indices.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Inst {
-    /// Element of input `i` at the current index.
-    Load(usize),
-    /// An f32 literal.
-    Const(f32),
-    /// The current index along an output axis, as f32.
-    Coord(usize),
-    Unary(UnaryFn, usize),
-    Binary(BinaryFn, usize, usize),
-    /// `a` where `cond != 0` else `b`.
-    Select(usize, usize, usize),
-    Cast(DType, usize),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryFn {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Square,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Silu,
-    Sin,
-    Cos,
-    GeluErf,
-    GeluTanh,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryFn {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Maximum,
-    Minimum,
-    Eq,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-/// Elementwise map over `shape`: every output view has this shape; inputs are broadcast views.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Elementwise {
-    pub shape: Vec<usize>,
-    pub inputs: Vec<Operand>,
-    pub insts: Vec<Inst>,
-    /// Output views and the instruction whose value each stores.
-    pub outputs: Vec<(Operand, usize)>,
-}
-
-/// A row kernel: the operands are split into `kept` axes (one row per kept index) and
-/// `reduced` axes (the elements of a row); a workgroup segment reduces each row.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Rows {
-    pub kind: RowKind,
-    pub kept: Vec<usize>,
-    pub reduced: Vec<usize>,
-    /// Each operand as (offset, kept strides, reduced strides) — see [`RowOperand`].
-    pub inputs: Vec<RowOperand>,
-    pub outputs: Vec<RowOperand>,
-}
-
-/// An operand of a row kernel.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RowOperand {
-    pub buffer: crate::layout::BufferId,
-    pub dtype: DType,
-    pub offset: usize,
-    pub kept_strides: Vec<usize>,
-    pub reduced_strides: Vec<usize>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum RowKind {
-    /// One value per row: inputs `[x]`, outputs `[y]` (reduced strides of `y` are 0).
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Logsumexp,
-    /// i32 index of the first maximum.
-    Argmax,
-    /// Same decomposition for input and output.
-    Softmax,
-    LogSoftmax,
-    /// inputs `[x, gamma, beta]`.
-    LayerNorm {
-        eps: f32,
-    },
-    /// inputs `[x, gamma]`.
-    RmsNorm {
-        eps: f32,
-    },
-    /// Per-row loss `logsumexp(x) - x[label]`; inputs `[logits, labels]` (labels: reduced
-    /// strides 0; the class axis is the one reduced axis).
-    CrossEntropy,
-    /// One value per row: sum (or mean) of `(a - b)^2`; inputs `[a, b]`.
-    SquaredError {
-        mean: bool,
-    },
-}
 
 /// Batched matrix product `out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -221,8 +99,8 @@ pub struct Gather {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelPlan {
-    Elementwise(Elementwise),
-    Rows(Rows),
+    /// A fused kernel program (elementwise maps, reductions, row kernels).
+    Fused(FusedKernel),
     Matmul(Matmul),
     Conv2d(Conv2d),
     Pool2d(Pool2d),
@@ -237,18 +115,7 @@ impl KernelPlan {
     /// The name of the pattern (`sinter inspect --json`'s `pattern`).
     pub fn pattern(&self) -> &'static str {
         match self {
-            KernelPlan::Elementwise(_) => "elementwise",
-            KernelPlan::Rows(r) => match r.kind {
-                RowKind::Sum | RowKind::Mean | RowKind::Max | RowKind::Min => "reduce",
-                RowKind::Logsumexp => "logsumexp",
-                RowKind::Argmax => "argmax",
-                RowKind::Softmax => "softmax",
-                RowKind::LogSoftmax => "log_softmax",
-                RowKind::LayerNorm { .. } => "layer_norm",
-                RowKind::RmsNorm { .. } => "rms_norm",
-                RowKind::CrossEntropy => "cross_entropy",
-                RowKind::SquaredError { .. } => "squared_error",
-            },
+            KernelPlan::Fused(f) => f.program.pattern(),
             KernelPlan::Matmul(_) => "matmul",
             KernelPlan::Conv2d(_) => "conv2d",
             KernelPlan::Pool2d(p) => {
@@ -281,13 +148,9 @@ impl KernelPlan {
     /// Buffers read and written, for liveness.
     pub fn buffers(&self) -> (Vec<crate::layout::BufferId>, Vec<crate::layout::BufferId>) {
         match self {
-            KernelPlan::Elementwise(e) => (
-                e.inputs.iter().map(|o| o.view.buffer).collect(),
-                e.outputs.iter().map(|(o, _)| o.view.buffer).collect(),
-            ),
-            KernelPlan::Rows(r) => (
-                r.inputs.iter().map(|o| o.buffer).collect(),
-                r.outputs.iter().map(|o| o.buffer).collect(),
+            KernelPlan::Fused(f) => (
+                f.operands.iter().map(|v| v.buffer).collect(),
+                f.outputs.iter().map(|v| v.buffer).collect(),
             ),
             KernelPlan::Matmul(m) => (vec![m.a.buffer, m.b.buffer], vec![m.out.buffer]),
             KernelPlan::Conv2d(c) => {

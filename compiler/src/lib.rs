@@ -10,7 +10,9 @@
 pub mod autodiff;
 pub mod codegen;
 pub mod error;
+pub mod fused;
 pub mod kernel;
+pub mod kgraph;
 pub mod layout;
 pub mod memory;
 pub mod schedule;
@@ -37,17 +39,25 @@ pub const DEFAULT_MAX_BINDING: u64 = 128 << 20;
 pub enum Pass {
     Expand,
     Autodiff,
+    Decompose,
     Schedule,
     Memory,
 }
 
 impl Pass {
-    pub const ALL: [Pass; 4] = [Pass::Expand, Pass::Autodiff, Pass::Schedule, Pass::Memory];
+    pub const ALL: [Pass; 5] = [
+        Pass::Expand,
+        Pass::Autodiff,
+        Pass::Decompose,
+        Pass::Schedule,
+        Pass::Memory,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Pass::Expand => "expand",
             Pass::Autodiff => "autodiff",
+            Pass::Decompose => "decompose",
             Pass::Schedule => "schedule",
             Pass::Memory => "memory",
         }
@@ -131,7 +141,11 @@ fn run_passes(
     let differentiated = autodiff::differentiate(&graph)?;
     let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
-    let sched = schedule::lower(&graph)?;
+    let bounds = index_bounds(&graph);
+    let graph = sinter_ir::decompose::decompose(&graph);
+    dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
+    let kgraph = kgraph::KernelGraph::from_graph(&graph);
+    let sched = schedule::lower(&kgraph, bounds)?;
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
@@ -165,6 +179,26 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
             ))
         })
         .collect()
+}
+
+/// i32 inputs that index something (embedding ids, class labels), with the number of rows or
+/// classes they index; found before decomposition, where the ops that index are still whole.
+pub fn index_bounds(g: &Graph) -> HashMap<sinter_ir::ValueId, usize> {
+    use sinter_ir::Op;
+    let mut bounds: HashMap<sinter_ir::ValueId, usize> = HashMap::new();
+    for node in &g.nodes {
+        let (ids, bound) = match node.op {
+            Op::Embedding => (node.inputs[1], g.ty(node.inputs[0]).shape[0]),
+            Op::EmbeddingGrad => (node.inputs[1], node.attr(sinter_ir::key::NUM_EMBEDDINGS)),
+            Op::CrossEntropy => (node.inputs[1], g.ty(node.inputs[0]).shape[1]),
+            _ => continue,
+        };
+        if g.value(ids).def == ValueDef::Input {
+            let entry = bounds.entry(ids).or_insert(bound);
+            *entry = (*entry).min(bound);
+        }
+    }
+    bounds
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.

@@ -6,6 +6,7 @@
 //! values (non-zero, in ±[0.1, 2), unless the case says otherwise), and compares every element
 //! of every gradient with `(loss(w + h) - loss(w - h)) / 2h`.
 
+use sinter_ir::key;
 use std::collections::HashMap;
 
 use sinter_compiler::autodiff::{Differentiated, differentiate};
@@ -168,7 +169,7 @@ fn assert_lean(g: &Graph) {
     let is_one = |v| {
         g.producer(v)
             .map(|n| g.node(n))
-            .is_some_and(|n| n.op == Op::Constant && n.attrs.float("value") == 1.0)
+            .is_some_and(|n| n.op == Op::Constant && n.attr(key::VALUE) == 1.0)
     };
     for node in &g.nodes {
         assert_ne!(node.op, Op::Grad, "a grad node is left");

@@ -14,7 +14,8 @@
 //! `mul` of the two. The interpreter evaluates `attention` directly with exactly these steps,
 //! in this order.
 
-use crate::attr::{Attr, Attrs};
+use crate::attr::Attrs;
+use crate::attr::key;
 use crate::graph::{Graph, GraphError, Node, ValueDef, ValueId};
 use crate::op::Op;
 
@@ -74,11 +75,7 @@ impl Rebuild<'_> {
 
     /// Adds a scalar f32 literal with a fresh name.
     pub fn constant(&mut self, value: f64) -> Result<ValueId, GraphError> {
-        self.add(
-            Op::Constant,
-            &[],
-            Attrs::new().with("value", Attr::Float(value)),
-        )
+        self.add(Op::Constant, &[], Attrs::new().and(key::VALUE, value))
     }
 }
 
@@ -161,19 +158,51 @@ where
     Ok(rb.new)
 }
 
-/// A new graph with every `attention` node replaced by primitives (see the module docs); every
-/// other node, every name, assign and output is preserved, and the expanded attention's result
-/// keeps its name.
+/// A new graph with every `attention` node replaced by primitives (see the module docs) and
+/// every `matmul` with a 1-D operand written as a matrix product of promoted operands (see
+/// [`promote_matmul`]); every other node, every name, assign and output is preserved, and each
+/// replaced node's result keeps its name.
 pub fn expand_composites(g: &Graph) -> Graph {
     rebuild(g, |rb, node, inputs| match node.op {
         Op::Attention => expand_attention(rb, node, inputs).map(|v| Some(vec![v])),
+        Op::Matmul => promote_matmul(rb, inputs),
         _ => Ok(None),
     })
     .expect("the expansion of a verified graph type-checks")
 }
 
-fn int(v: usize) -> Attr {
-    Attr::Int(v as i64)
+/// `torch.matmul`'s 1-D promotion, made explicit once so that no later pass handles it: a 1-D
+/// `a` `[K]` becomes `[1, K]` and a 1-D `b` becomes `[K, 1]`, and the added axis is squeezed from
+/// the product. `None` (keep the node) when both operands have rank 2 or more.
+fn promote_matmul(
+    rb: &mut Rebuild,
+    inputs: &[ValueId],
+) -> Result<Option<Vec<ValueId>>, GraphError> {
+    let (a, b) = (inputs[0], inputs[1]);
+    let (ra, rb_rank) = (rb.graph().ty(a).rank(), rb.graph().ty(b).rank());
+    if ra > 1 && rb_rank > 1 {
+        return Ok(None);
+    }
+    let unsqueeze = |rb: &mut Rebuild, x, axis: usize| {
+        rb.add(Op::Unsqueeze, &[x], Attrs::new().and(key::AXIS, axis))
+    };
+    let a2 = if ra == 1 { unsqueeze(rb, a, 0)? } else { a };
+    let b2 = if rb_rank == 1 {
+        unsqueeze(rb, b, 1)?
+    } else {
+        b
+    };
+    let mut out = rb.add(Op::Matmul, &[a2, b2], Attrs::new())?;
+    // The product is [.., M, N]; drop N first (the last axis), then M.
+    if rb_rank == 1 {
+        let last = rb.graph().ty(out).rank() - 1;
+        out = rb.add(Op::Squeeze, &[out], Attrs::new().and(key::AXIS, last))?;
+    }
+    if ra == 1 {
+        let m_axis = rb.graph().ty(out).rank() - if rb_rank == 1 { 1 } else { 2 };
+        out = rb.add(Op::Squeeze, &[out], Attrs::new().and(key::AXIS, m_axis))?;
+    }
+    Ok(Some(vec![out]))
 }
 
 /// `attention` as primitives.
@@ -188,24 +217,24 @@ fn expand_attention(
     let kt = rb.add(
         Op::Transpose,
         &[k],
-        Attrs::new().with("dim0", int(2)).with("dim1", int(3)),
+        Attrs::new().and(key::DIM0, 2).and(key::DIM1, 3),
     )?;
     let qk = rb.add(Op::Matmul, &[q, kt], Attrs::new())?;
-    let scale = rb.constant(a.float("scale"))?;
+    let scale = rb.constant(a.of(key::SCALE))?;
     let mut s = rb.add(Op::Mul, &[qk, scale], Attrs::new())?;
     if let Some(mask) = mask {
-        s = if a.str("mask_kind") == "additive" {
+        s = if a.of(key::MASK_KIND) == "additive" {
             rb.add(Op::Add, &[s, mask], Attrs::new())?
         } else {
             let neg_inf = rb.constant(f64::NEG_INFINITY)?;
             rb.add(Op::Where, &[mask, s, neg_inf], Attrs::new())?
         };
     }
-    if let Some(keep) = key_filter(rb, sq, sk, a.bool("causal"), a.usize("window"))? {
+    if let Some(keep) = key_filter(rb, sq, sk, a.of(key::CAUSAL), a.of(key::WINDOW))? {
         let neg_inf = rb.constant(f64::NEG_INFINITY)?;
         s = rb.add(Op::Where, &[keep, s, neg_inf], Attrs::new())?;
     }
-    let p = rb.add(Op::Softmax, &[s], Attrs::new().with("axis", int(3)))?;
+    let p = rb.add(Op::Softmax, &[s], Attrs::new().and(key::AXIS, 3))?;
     rb.add(Op::Matmul, &[p, v], Attrs::new())
 }
 
@@ -226,8 +255,8 @@ fn key_filter(
             Op::Iota,
             &[],
             Attrs::new()
-                .with("shape", Attr::ints(&[sq as i64, sk as i64]))
-                .with("axis", int(axis)),
+                .and(key::SHAPE, vec![sq, sk])
+                .and(key::AXIS, axis),
         )
     };
     let row = iota(rb, 0)?;

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::attr::Attrs;
+use crate::attr::{Attrs, Key, Kind};
 use crate::infer::{Blame, TypeError, infer};
 use crate::op::Op;
 use crate::types::TensorType;
@@ -86,6 +86,23 @@ pub struct Node {
     pub inputs: Vec<ValueId>,
     pub attrs: Attrs,
     pub outputs: Vec<ValueId>,
+}
+
+impl Node {
+    /// The attribute `key` of this verified node. Debug builds check that the op table declares
+    /// `key` for this op, so a pass cannot read an attribute the op does not have.
+    pub fn attr<K: Kind>(&self, key: Key<K>) -> K::Out<'_> {
+        debug_assert!(
+            self.op
+                .spec()
+                .attr(key.name)
+                .is_some_and(|a| a.kind == key.kind),
+            "`{}` has no attribute `{}`",
+            self.op.name(),
+            key.name
+        );
+        self.attrs.of(key)
+    }
 }
 
 /// `assign target = source`: after a run, the persistent `target` takes `source`'s value.
@@ -332,7 +349,7 @@ impl Graph {
         self.add(
             Op::Constant,
             &[],
-            Attrs::new().with("value", crate::attr::Attr::Float(value)),
+            Attrs::new().and(crate::attr::key::VALUE, value),
         )
     }
 

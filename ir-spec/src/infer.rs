@@ -5,7 +5,8 @@
 //! and returns the types of the node's results. Errors say which operand or attribute is at fault
 //! so that the parser can put the caret there.
 
-use crate::attr::{Attr, Attrs};
+use crate::attr::key;
+use crate::attr::{Attr, Attrs, Key, kind};
 use crate::op::{AttrDefault, AttrKind, Op, OpSpec};
 use crate::types::{DType, Shape, TensorType, broadcast_shapes, broadcasts_to};
 
@@ -293,8 +294,25 @@ impl Cx<'_> {
         ))
     }
 
-    fn axis_attr(&mut self, name: &str, rank: usize) -> Result<usize> {
-        let axis = self.attrs.int(name);
+    /// An int attribute as written (before normalization); its kind was checked.
+    fn int<K>(&self, key: Key<K>) -> i64 {
+        self.attrs
+            .get(key.name)
+            .and_then(Attr::as_int)
+            .expect("checked kind")
+    }
+
+    /// An int-list attribute as written; its kind was checked and single ints expanded.
+    fn ints<K>(&self, key: Key<K>) -> Vec<i64> {
+        self.attrs
+            .get(key.name)
+            .and_then(Attr::as_ints)
+            .expect("checked kind")
+    }
+
+    fn axis_attr<K>(&mut self, key: Key<K>, rank: usize) -> Result<usize> {
+        let name = key.name;
+        let axis = self.int(key);
         let a = norm_axis(axis, rank).ok_or_else(|| {
             attr_err(
                 name,
@@ -310,8 +328,9 @@ impl Cx<'_> {
         Ok(a)
     }
 
-    fn positive_ints(&self, name: &str, min: i64) -> Result<Vec<usize>> {
-        let values = self.attrs.ints(name);
+    fn positive_ints<K>(&self, key: Key<K>, min: i64) -> Result<Vec<usize>> {
+        let name = key.name;
+        let values = self.ints(key);
         if let Some(v) = values.iter().find(|&&v| v < min) {
             return Err(attr_err(
                 name,
@@ -387,20 +406,20 @@ impl Cx<'_> {
                 self.expect_dtype(0, DType::F32)?;
                 let shape = self.input(0).shape.clone();
                 let axes = self.reduce_axes(shape.len())?;
-                let keepdim = self.attrs.bool("keepdim");
+                let keepdim = self.attrs.of(key::KEEPDIM);
                 one(TensorType::f32(reduced_shape(&shape, &axes, keepdim)))
             }
             Argmax => {
                 self.expect_dtype(0, DType::F32)?;
                 let shape = self.input(0).shape.clone();
-                let axis = self.axis_attr("axis", shape.len())?;
-                let keepdim = self.attrs.bool("keepdim");
+                let axis = self.axis_attr(key::AXIS, shape.len())?;
+                let keepdim = self.attrs.of(key::KEEPDIM);
                 one(TensorType::i32(reduced_shape(&shape, &[axis], keepdim)))
             }
             Reshape => self.reshape(),
             Permute => {
                 let t = self.input(0).clone();
-                let perm = self.attrs.ints("perm");
+                let perm = self.ints(key::PERM);
                 let mut seen = vec![false; t.rank()];
                 let mut normalized = Vec::with_capacity(perm.len());
                 if perm.len() != t.rank() {
@@ -421,7 +440,7 @@ impl Cx<'_> {
                     seen[a] = true;
                     normalized.push(a as i64);
                 }
-                self.attrs.set("perm", Attr::ints(&normalized));
+                self.attrs.set(key::PERM.name, Attr::ints(&normalized));
                 let shape = normalized
                     .iter()
                     .map(|&a| t.shape[a as usize])
@@ -430,15 +449,15 @@ impl Cx<'_> {
             }
             Transpose => {
                 let t = self.input(0).clone();
-                let d0 = self.axis_attr("dim0", t.rank())?;
-                let d1 = self.axis_attr("dim1", t.rank())?;
+                let d0 = self.axis_attr(key::DIM0, t.rank())?;
+                let d1 = self.axis_attr(key::DIM1, t.rank())?;
                 let mut shape = t.shape.clone();
                 shape.swap(d0, d1);
                 one(TensorType::new(t.dtype, shape))
             }
             BroadcastTo => {
                 let t = self.input(0).clone();
-                let shape = self.positive_ints("shape", 1)?;
+                let shape = self.positive_ints(key::SHAPE, 1)?;
                 if !broadcasts_to(&t.shape, &shape) {
                     return Err(attr_err(
                         "shape",
@@ -450,14 +469,14 @@ impl Cx<'_> {
             }
             Unsqueeze => {
                 let t = self.input(0).clone();
-                let a = self.axis_attr("axis", t.rank() + 1)?;
+                let a = self.axis_attr(key::AXIS, t.rank() + 1)?;
                 let mut shape = t.shape.clone();
                 shape.insert(a, 1);
                 one(TensorType::new(t.dtype, shape))
             }
             Squeeze => {
                 let t = self.input(0).clone();
-                let a = self.axis_attr("axis", t.rank())?;
+                let a = self.axis_attr(key::AXIS, t.rank())?;
                 if t.shape[a] != 1 {
                     return Err(attr_err(
                         "axis",
@@ -474,7 +493,7 @@ impl Cx<'_> {
             Slice => self.slice(),
             Concat => {
                 let first = self.input(0).clone();
-                let axis = self.axis_attr("axis", first.rank())?;
+                let axis = self.axis_attr(key::AXIS, first.rank())?;
                 let mut shape = first.shape.clone();
                 shape[axis] = 0;
                 for (i, t) in self.inputs.iter().enumerate() {
@@ -499,7 +518,7 @@ impl Cx<'_> {
                 one(TensorType::new(first.dtype, shape))
             }
             Cast => {
-                let dtype = DType::from_name(self.attrs.str("dtype")).expect("checked kind");
+                let dtype = self.attrs.of(key::DTYPE);
                 one(TensorType::new(dtype, self.input(0).shape.clone()))
             }
             Matmul => self.matmul(),
@@ -512,7 +531,7 @@ impl Cx<'_> {
                         format!("`{}` needs at least one axis, got {t}", self.name()),
                     ));
                 }
-                self.axis_attr("axis", t.rank())?;
+                self.axis_attr(key::AXIS, t.rank())?;
                 one(t)
             }
             LayerNorm | RmsNorm => {
@@ -544,7 +563,7 @@ impl Cx<'_> {
                     ));
                 }
                 let c = t.shape[1];
-                let groups = self.attrs.int("groups");
+                let groups = self.int(key::GROUPS);
                 if groups < 1 || !c.is_multiple_of(groups as usize) {
                     return Err(attr_err(
                         "groups",
@@ -588,7 +607,7 @@ impl Cx<'_> {
                 one(TensorType::f32(self.loss_shape(shape)))
             }
             Conv2dGradInput => {
-                let input = self.positive_ints("input_shape", 1)?;
+                let input = self.positive_ints(key::INPUT_SHAPE, 1)?;
                 self.expect_dtype(0, DType::F32)?;
                 self.expect_dtype(1, DType::F32)?;
                 let w = self.input(1).shape.clone();
@@ -598,7 +617,7 @@ impl Cx<'_> {
                 one(TensorType::f32(input))
             }
             Conv2dGradWeight => {
-                let weight = self.positive_ints("weight_shape", 1)?;
+                let weight = self.positive_ints(key::WEIGHT_SHAPE, 1)?;
                 self.expect_dtype(0, DType::F32)?;
                 self.expect_dtype(1, DType::F32)?;
                 self.expect_rank(0, 4, "[N, C, H, W]")?;
@@ -618,7 +637,7 @@ impl Cx<'_> {
                 one(TensorType::f32(x))
             }
             AvgPool2dGrad => {
-                let input = self.positive_ints("input_shape", 1)?;
+                let input = self.positive_ints(key::INPUT_SHAPE, 1)?;
                 self.expect_dtype(0, DType::F32)?;
                 let forward = self.pool_output(&input)?;
                 self.expect_shape(0, &forward, "the avg_pool2d output for input_shape")?;
@@ -628,7 +647,7 @@ impl Cx<'_> {
                 self.expect_dtype(0, DType::F32)?;
                 self.expect_dtype(1, DType::I32)?;
                 let (dy, ids) = (self.input(0).clone(), self.input(1).clone());
-                let rows = self.attrs.int("num_embeddings");
+                let rows = self.int(key::NUM_EMBEDDINGS);
                 if rows < 1 {
                     return Err(attr_err(
                         "num_embeddings",
@@ -644,7 +663,7 @@ impl Cx<'_> {
                 one(TensorType::f32(vec![rows as usize, dy.shape[ids.rank()]]))
             }
             SliceGrad => {
-                let shape = self.positive_ints("shape", 1)?;
+                let shape = self.positive_ints(key::SHAPE, 1)?;
                 let dy = self.input(0).clone();
                 let mut cx = Cx {
                     spec: Op::Slice.spec(),
@@ -665,14 +684,14 @@ impl Cx<'_> {
             }
             Attention => self.attention(),
             Constant => {
-                if self.attrs.float("value").is_nan() {
+                if self.attrs.of(key::VALUE).is_nan() {
                     return Err(attr_err("value", "a constant cannot be nan"));
                 }
                 one(TensorType::scalar(DType::F32))
             }
             Iota => {
-                let shape = self.positive_ints("shape", 1)?;
-                self.axis_attr("axis", shape.len())?;
+                let shape = self.positive_ints(key::SHAPE, 1)?;
+                self.axis_attr(key::AXIS, shape.len())?;
                 one(TensorType::f32(shape))
             }
             Grad => {
@@ -703,22 +722,23 @@ impl Cx<'_> {
                     self.expect_shape(i, &p.shape, &format!("{what} has the param's shape"))?;
                 }
                 self.expect_shape(4, &[], "the step count t, a scalar")?;
-                for b in ["beta1", "beta2"] {
-                    let v = self.attrs.float(b);
+                for b in [key::BETA1, key::BETA2] {
+                    let v = self.attrs.of(b);
                     if !(0.0..1.0).contains(&v) {
-                        return Err(attr_err(b, format!("{b}={v} must be in [0, 1)")));
+                        let name = b.name;
+                        return Err(attr_err(name, format!("{name}={v} must be in [0, 1)")));
                     }
                 }
-                self.non_negative("lr")?;
-                self.non_negative("weight_decay")?;
+                self.non_negative(key::LR)?;
+                self.non_negative(key::WEIGHT_DECAY)?;
                 self.positive_eps()?;
                 Ok(vec![p.clone(), p.clone(), p])
             }
         }
     }
 
-    fn non_negative(&self, name: &str) -> Result<f64> {
-        let v = self.attrs.float(name);
+    fn non_negative(&self, key: Key<kind::Float>) -> Result<f64> {
+        let (name, v) = (key.name, self.attrs.of(key));
         if v >= 0.0 && v.is_finite() {
             Ok(v)
         } else {
@@ -730,7 +750,7 @@ impl Cx<'_> {
     }
 
     fn positive_eps(&self) -> Result<()> {
-        let eps = self.attrs.float("eps");
+        let eps = self.attrs.of(key::EPS);
         if eps > 0.0 && eps.is_finite() {
             Ok(())
         } else {
@@ -739,16 +759,16 @@ impl Cx<'_> {
     }
 
     fn loss_shape(&self, unreduced: Shape) -> Shape {
-        match self.attrs.str("reduction") {
+        match self.attrs.of(key::REDUCTION) {
             "none" => unreduced,
             _ => Vec::new(),
         }
     }
 
     fn reduce_axes(&mut self, rank: usize) -> Result<Vec<usize>> {
-        let Some(axes) = self.attrs.get("axes").and_then(Attr::as_ints) else {
+        let Some(axes) = self.attrs.get(key::AXES.name).and_then(Attr::as_ints) else {
             let all: Vec<i64> = (0..rank as i64).collect();
-            self.attrs.set("axes", Attr::ints(&all));
+            self.attrs.set(key::AXES.name, Attr::ints(&all));
             return Ok((0..rank).collect());
         };
         if axes.is_empty() && rank > 0 {
@@ -782,7 +802,7 @@ impl Cx<'_> {
 
     fn reshape(&mut self) -> Result<Vec<TensorType>> {
         let t = self.input(0).clone();
-        let target = self.attrs.ints("shape");
+        let target = self.ints(key::SHAPE);
         let mut infer_at = None;
         let mut known = 1usize;
         for (i, &d) in target.iter().enumerate() {
@@ -833,7 +853,7 @@ impl Cx<'_> {
 
     fn slice(&mut self) -> Result<Vec<TensorType>> {
         let t = self.input(0).clone();
-        let axis = self.axis_attr("axis", t.rank())?;
+        let axis = self.axis_attr(key::AXIS, t.rank())?;
         let dim = t.shape[axis] as i64;
         let wrap = |name: &str, v: i64| -> Result<i64> {
             let n = if v < 0 { v + dim } else { v };
@@ -847,9 +867,9 @@ impl Cx<'_> {
                 .hint(format!("use {} to {dim}", -dim)))
             }
         };
-        let start = wrap("start", self.attrs.int("start"))?;
-        let end = wrap("end", self.attrs.int("end"))?;
-        let step = self.attrs.int("step");
+        let start = wrap("start", self.int(key::START))?;
+        let end = wrap("end", self.int(key::END))?;
+        let step = self.int(key::STEP);
         if step < 1 {
             return Err(attr_err("step", format!("step={step} must be at least 1")));
         }
@@ -860,8 +880,8 @@ impl Cx<'_> {
             )
             .hint("empty tensors are not supported; end must be greater than start"));
         }
-        self.attrs.set("start", Attr::Int(start));
-        self.attrs.set("end", Attr::Int(end));
+        self.attrs.set(key::START.name, Attr::Int(start));
+        self.attrs.set(key::END.name, Attr::Int(end));
         let mut shape = t.shape.clone();
         shape[axis] = ((end - start - 1) / step + 1) as usize;
         Ok(vec![TensorType::new(t.dtype, shape)])
@@ -914,7 +934,7 @@ impl Cx<'_> {
         self.expect_rank(0, 4, "[N, C, H, W]")?;
         self.expect_rank(1, 4, "[O, C/groups, kH, kW]")?;
         let (x, w) = (self.input(0).clone(), self.input(1).clone());
-        let groups = self.attrs.int("groups");
+        let groups = self.int(key::GROUPS);
         let (c, o) = (x.shape[1], w.shape[0]);
         if groups < 1 || c % groups as usize != 0 || o % groups as usize != 0 {
             return Err(attr_err(
@@ -945,7 +965,7 @@ impl Cx<'_> {
 
     /// Ranks and channel counts of a conv2d input and weight shape under `groups`.
     fn check_conv_groups(&self, x: &[usize], w: &[usize]) -> Result<()> {
-        let groups = self.attrs.int("groups");
+        let groups = self.int(key::GROUPS);
         let fits = x.len() == 4
             && w.len() == 4
             && groups >= 1
@@ -965,9 +985,9 @@ impl Cx<'_> {
     /// Output extents of conv2d for an input and a weight shape (ranks and groups checked by
     /// the caller).
     fn conv2d_output(&self, x: &[usize], w: &[usize]) -> Result<Shape> {
-        let stride = self.positive_ints("stride", 1)?;
-        let padding = self.positive_ints("padding", 0)?;
-        let dilation = self.positive_ints("dilation", 1)?;
+        let stride = self.positive_ints(key::STRIDE, 1)?;
+        let padding = self.positive_ints(key::PADDING, 0)?;
+        let dilation = self.positive_ints(key::DILATION, 1)?;
         let mut shape = vec![x[0], w[0]];
         for d in 0..2 {
             let span = dilation[d].checked_mul(w[2 + d] - 1);
@@ -1000,8 +1020,8 @@ impl Cx<'_> {
         self.expect_dtype(0, DType::F32)?;
         self.expect_rank(0, 4, "[N, C, H, W]")?;
         let x = self.input(0).clone();
-        let kernel = self.positive_ints("kernel", 1)?;
-        if self.attrs.get("stride").is_none() {
+        let kernel = self.positive_ints(key::KERNEL, 1)?;
+        if self.attrs.get(key::STRIDE.name).is_none() {
             self.attrs.set(
                 "stride",
                 Attr::ints(&kernel.iter().map(|&k| k as i64).collect::<Vec<_>>()),
@@ -1012,9 +1032,9 @@ impl Cx<'_> {
 
     /// Output extents of pooling an `[N, C, H, W]` input.
     fn pool_output(&self, x: &[usize]) -> Result<Shape> {
-        let kernel = self.positive_ints("kernel", 1)?;
-        let stride = self.positive_ints("stride", 1)?;
-        let padding = self.positive_ints("padding", 0)?;
+        let kernel = self.positive_ints(key::KERNEL, 1)?;
+        let stride = self.positive_ints(key::STRIDE, 1)?;
+        let padding = self.positive_ints(key::PADDING, 0)?;
         let mut shape = vec![x[0], x[1]];
         for d in 0..2 {
             if 2 * padding[d] > kernel[d] {
@@ -1056,7 +1076,7 @@ impl Cx<'_> {
         let sk = k.shape[2];
         self.expect_shape(1, &[b, h, sk, d], "batch, heads and head_dim of q")?;
         self.expect_shape(2, &[b, h, sk, v.shape[3]], "batch, heads and seq of k")?;
-        let mask_kind = self.attrs.str("mask_kind").to_string();
+        let mask_kind = self.attrs.of(key::MASK_KIND).to_string();
         if self.inputs.len() == 4 {
             let m = self.input(3).clone();
             if mask_kind == "additive" {
@@ -1069,14 +1089,13 @@ impl Cx<'_> {
                 ));
             }
         }
-        if self.attrs.get("scale").is_none() {
-            self.attrs
-                .set("scale", Attr::Float(1.0 / (d as f64).sqrt()));
+        if self.attrs.get(key::SCALE.name).is_none() {
+            self.attrs.put(key::SCALE, 1.0 / (d as f64).sqrt());
         }
-        if !self.attrs.float("scale").is_finite() {
+        if !self.attrs.of(key::SCALE).is_finite() {
             return Err(attr_err("scale", "scale must be finite"));
         }
-        if self.attrs.int("window") < 0 {
+        if self.int(key::WINDOW) < 0 {
             return Err(attr_err(
                 "window",
                 "window must be 0 (no window) or positive",
@@ -1091,10 +1110,10 @@ impl Cx<'_> {
             self.expect_dtype(i, DType::F32)?;
             self.expect_shape(i, &p.shape, "the param's shape")?;
         }
-        self.non_negative("lr")?;
-        self.non_negative("weight_decay")?;
-        let momentum = self.non_negative("momentum")?;
-        let dampening = self.attrs.float("dampening");
+        self.non_negative(key::LR)?;
+        self.non_negative(key::WEIGHT_DECAY)?;
+        let momentum = self.non_negative(key::MOMENTUM)?;
+        let dampening = self.attrs.of(key::DAMPENING);
         if !dampening.is_finite() {
             return Err(attr_err(
                 "dampening",
@@ -1112,7 +1131,7 @@ impl Cx<'_> {
                 "`sgd` without momentum takes no momentum buffer",
             ));
         }
-        if self.attrs.bool("nesterov") && (momentum == 0.0 || self.attrs.float("dampening") != 0.0)
+        if self.attrs.of(key::NESTEROV) && (momentum == 0.0 || self.attrs.of(key::DAMPENING) != 0.0)
         {
             return Err(attr_err(
                 "nesterov",
@@ -1178,8 +1197,8 @@ mod tests {
         let mut attrs = Attrs::new().with("axes", Attr::ints(&[-1]));
         let out = infer(Op::Sum, &[f(&[2, 3, 4])], &mut attrs).unwrap();
         assert_eq!(out, vec![f(&[2, 3])]);
-        assert_eq!(attrs.ints("axes"), vec![2]);
-        assert!(!attrs.bool("keepdim"));
+        assert_eq!(attrs.of(key::AXES), vec![2]);
+        assert!(!attrs.of(key::KEEPDIM));
     }
 
     #[test]
@@ -1211,7 +1230,7 @@ mod tests {
             &mut attrs,
         )
         .unwrap();
-        assert_eq!(attrs.float("scale"), 0.25);
+        assert_eq!(attrs.of(key::SCALE), 0.25);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod artifact;
 pub mod attr;
+pub mod decompose;
 pub mod diag;
 pub mod expand;
 pub mod graph;
@@ -19,7 +20,7 @@ pub mod text;
 pub mod train;
 pub mod types;
 
-pub use attr::{Attr, Attrs};
+pub use attr::{Attr, Attrs, Key, key};
 pub use graph::{Assign, Graph, GraphError, Init, Node, NodeId, Value, ValueDef, ValueId};
 pub use infer::{Blame, TypeError};
 pub use op::{Op, OpClass, OpSpec};

@@ -6,7 +6,7 @@
 //! attributes equal to their default, `IR.md`'s op list is checked against it, and later passes
 //! (autodiff, lowering) match on [`Op`] exhaustively.
 
-use crate::attr::Attr;
+use crate::attr::{Attr, Key, key};
 
 /// Every operation of the IR.
 #[derive(
@@ -287,10 +287,10 @@ const fn variadic(name: &'static str, differentiable: bool) -> OperandSpec {
         differentiable,
     }
 }
-const fn attr(name: &'static str, kind: AttrKind, default: AttrDefault) -> AttrSpec {
+const fn attr<K>(key: Key<K>, default: AttrDefault) -> AttrSpec {
     AttrSpec {
-        name,
-        kind,
+        name: key.name,
+        kind: key.kind,
         default,
     }
 }
@@ -299,26 +299,25 @@ const X: &[OperandSpec] = &[one("x")];
 const AB: &[OperandSpec] = &[one("a"), one("b")];
 const AB_NONDIFF: &[OperandSpec] = &[nondiff("a"), nondiff("b")];
 const REDUCE_ATTRS: &[AttrSpec] = &[
-    attr("axes", AttrKind::Ints(0), AttrDefault::Derived("all axes")),
-    attr("keepdim", AttrKind::Bool, AttrDefault::Bool(false)),
+    attr(key::AXES, AttrDefault::Derived("all axes")),
+    attr(key::KEEPDIM, AttrDefault::Bool(false)),
 ];
-const SOFTMAX_ATTRS: &[AttrSpec] = &[attr("axis", AttrKind::Int, AttrDefault::Int(-1))];
+const SOFTMAX_ATTRS: &[AttrSpec] = &[attr(key::AXIS, AttrDefault::Int(-1))];
 const POOL_ATTRS: &[AttrSpec] = &[
-    attr("kernel", AttrKind::Ints(2), AttrDefault::Required),
-    attr("stride", AttrKind::Ints(2), AttrDefault::Derived("kernel")),
-    attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
+    attr(key::KERNEL, AttrDefault::Required),
+    attr(key::STRIDE, AttrDefault::Derived("kernel")),
+    attr(key::PADDING, AttrDefault::Ints(&[0, 0])),
 ];
-const REDUCTION_KINDS: &[&str] = &["mean", "sum", "none"];
 const CONV_ATTRS_TAIL: [AttrSpec; 4] = [
-    attr("stride", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
-    attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
-    attr("dilation", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
-    attr("groups", AttrKind::Int, AttrDefault::Int(1)),
+    attr(key::STRIDE, AttrDefault::Ints(&[1, 1])),
+    attr(key::PADDING, AttrDefault::Ints(&[0, 0])),
+    attr(key::DILATION, AttrDefault::Ints(&[1, 1])),
+    attr(key::GROUPS, AttrDefault::Int(1)),
 ];
 const POOL_GRAD_ATTRS: &[AttrSpec] = &[
-    attr("kernel", AttrKind::Ints(2), AttrDefault::Required),
-    attr("stride", AttrKind::Ints(2), AttrDefault::Required),
-    attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
+    attr(key::KERNEL, AttrDefault::Required),
+    attr(key::STRIDE, AttrDefault::Required),
+    attr(key::PADDING, AttrDefault::Ints(&[0, 0])),
 ];
 const ADAM_OPERANDS: &[OperandSpec] = &[
     nondiff("param"),
@@ -383,7 +382,7 @@ pub static OPS: &[OpSpec] = &[
     unary!(Sin, "sin", "sine"),
     unary!(Cos, "cos", "cosine"),
     OpSpec { op: Op::Gelu, name: "gelu", class: OpClass::Unary, operands: X,
-        attrs: &[attr("approximate", AttrKind::Str(&["none", "tanh"]), AttrDefault::Str("none"))],
+        attrs: &[attr(key::APPROXIMATE, AttrDefault::Str("none"))],
         summary: "x * Phi(x) (erf form), or the tanh approximation" },
     binary!(Add, "add", Binary, AB, "a + b"),
     binary!(Sub, "sub", Binary, AB, "a - b"),
@@ -406,39 +405,39 @@ pub static OPS: &[OpSpec] = &[
     reduce!(Min, "min", "min over axes; ties share the gradient evenly"),
     reduce!(Logsumexp, "logsumexp", "log(sum(exp(x))) over axes, computed stably"),
     OpSpec { op: Op::Argmax, name: "argmax", class: OpClass::ArgReduce, operands: &[nondiff("x")],
-        attrs: &[attr("axis", AttrKind::Int, AttrDefault::Required),
-                 attr("keepdim", AttrKind::Bool, AttrDefault::Bool(false))],
+        attrs: &[attr(key::AXIS, AttrDefault::Required),
+                 attr(key::KEEPDIM, AttrDefault::Bool(false))],
         summary: "index (i32) of the first maximum along axis" },
     OpSpec { op: Op::Reshape, name: "reshape", class: OpClass::View, operands: X,
-        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required)],
+        attrs: &[attr(key::SHAPE, AttrDefault::Required)],
         summary: "same elements in C order, new shape; one entry may be -1" },
     OpSpec { op: Op::Permute, name: "permute", class: OpClass::View, operands: X,
-        attrs: &[attr("perm", AttrKind::Ints(0), AttrDefault::Required)],
+        attrs: &[attr(key::PERM, AttrDefault::Required)],
         summary: "output axis i is input axis perm[i]" },
     OpSpec { op: Op::Transpose, name: "transpose", class: OpClass::View, operands: X,
-        attrs: &[attr("dim0", AttrKind::Int, AttrDefault::Required),
-                 attr("dim1", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::DIM0, AttrDefault::Required),
+                 attr(key::DIM1, AttrDefault::Required)],
         summary: "swap two axes" },
     OpSpec { op: Op::BroadcastTo, name: "broadcast_to", class: OpClass::View, operands: X,
-        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required)],
+        attrs: &[attr(key::SHAPE, AttrDefault::Required)],
         summary: "numpy broadcast to shape" },
     OpSpec { op: Op::Unsqueeze, name: "unsqueeze", class: OpClass::View, operands: X,
-        attrs: &[attr("axis", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::AXIS, AttrDefault::Required)],
         summary: "insert a size-1 axis at axis (of the output)" },
     OpSpec { op: Op::Squeeze, name: "squeeze", class: OpClass::View, operands: X,
-        attrs: &[attr("axis", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::AXIS, AttrDefault::Required)],
         summary: "remove a size-1 axis" },
     OpSpec { op: Op::Slice, name: "slice", class: OpClass::View, operands: X,
-        attrs: &[attr("axis", AttrKind::Int, AttrDefault::Required),
-                 attr("start", AttrKind::Int, AttrDefault::Required),
-                 attr("end", AttrKind::Int, AttrDefault::Required),
-                 attr("step", AttrKind::Int, AttrDefault::Int(1))],
+        attrs: &[attr(key::AXIS, AttrDefault::Required),
+                 attr(key::START, AttrDefault::Required),
+                 attr(key::END, AttrDefault::Required),
+                 attr(key::STEP, AttrDefault::Int(1))],
         summary: "elements start, start+step, ... < end along axis" },
     OpSpec { op: Op::Concat, name: "concat", class: OpClass::Layout, operands: &[variadic("xs", true)],
-        attrs: &[attr("axis", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::AXIS, AttrDefault::Required)],
         summary: "join along axis" },
     OpSpec { op: Op::Cast, name: "cast", class: OpClass::Layout, operands: X,
-        attrs: &[attr("dtype", AttrKind::DType, AttrDefault::Required)],
+        attrs: &[attr(key::DTYPE, AttrDefault::Required)],
         summary: "convert element type; f32 to i32 truncates toward zero (differentiable f32 to f32 only)" },
     OpSpec { op: Op::Matmul, name: "matmul", class: OpClass::Matmul, operands: AB, attrs: &[],
         summary: "torch.matmul: 1-D promotion, batched with broadcasting" },
@@ -448,22 +447,22 @@ pub static OPS: &[OpSpec] = &[
         summary: "x - logsumexp(x) along axis" },
     OpSpec { op: Op::LayerNorm, name: "layer_norm", class: OpClass::Nn,
         operands: &[one("x"), one("gamma"), one("beta")],
-        attrs: &[attr("eps", AttrKind::Float, AttrDefault::Float(1e-5))],
+        attrs: &[attr(key::EPS, AttrDefault::Float(1e-5))],
         summary: "(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (biased var)" },
     OpSpec { op: Op::RmsNorm, name: "rms_norm", class: OpClass::Nn, operands: &[one("x"), one("gamma")],
-        attrs: &[attr("eps", AttrKind::Float, AttrDefault::Float(1e-6))],
+        attrs: &[attr(key::EPS, AttrDefault::Float(1e-6))],
         summary: "x / sqrt(mean(x^2) + eps) * gamma over the last axis" },
     OpSpec { op: Op::GroupNorm, name: "group_norm", class: OpClass::Nn,
         operands: &[one("x"), one("gamma"), one("beta")],
-        attrs: &[attr("groups", AttrKind::Int, AttrDefault::Required),
-                 attr("eps", AttrKind::Float, AttrDefault::Float(1e-5))],
+        attrs: &[attr(key::GROUPS, AttrDefault::Required),
+                 attr(key::EPS, AttrDefault::Float(1e-5))],
         summary: "normalize each group of C/groups channels of [N, C, ...] over channels and space" },
     OpSpec { op: Op::Conv2d, name: "conv2d", class: OpClass::Nn,
         operands: &[one("x"), one("w"), optional("b")],
-        attrs: &[attr("stride", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
-                 attr("padding", AttrKind::Ints(2), AttrDefault::Ints(&[0, 0])),
-                 attr("dilation", AttrKind::Ints(2), AttrDefault::Ints(&[1, 1])),
-                 attr("groups", AttrKind::Int, AttrDefault::Int(1))],
+        attrs: &[attr(key::STRIDE, AttrDefault::Ints(&[1, 1])),
+                 attr(key::PADDING, AttrDefault::Ints(&[0, 0])),
+                 attr(key::DILATION, AttrDefault::Ints(&[1, 1])),
+                 attr(key::GROUPS, AttrDefault::Int(1))],
         summary: "2-D cross-correlation, x NCHW, w OIHW (I = C/groups), zero padding" },
     OpSpec { op: Op::MaxPool2d, name: "max_pool2d", class: OpClass::Nn, operands: X, attrs: POOL_ATTRS,
         summary: "max over windows of NCHW; padding counts as -inf" },
@@ -474,19 +473,19 @@ pub static OPS: &[OpSpec] = &[
         summary: "rows of table [V, D] picked by i32 ids; out ids.shape + [D]" },
     OpSpec { op: Op::CrossEntropy, name: "cross_entropy", class: OpClass::Loss,
         operands: &[one("logits"), nondiff("labels")],
-        attrs: &[attr("reduction", AttrKind::Str(REDUCTION_KINDS), AttrDefault::Str("mean"))],
+        attrs: &[attr(key::REDUCTION, AttrDefault::Str("mean"))],
         summary: "-log_softmax(logits)[label] for logits [N, C], i32 labels [N]" },
     OpSpec { op: Op::MseLoss, name: "mse_loss", class: OpClass::Loss, operands: AB,
-        attrs: &[attr("reduction", AttrKind::Str(REDUCTION_KINDS), AttrDefault::Str("mean"))],
+        attrs: &[attr(key::REDUCTION, AttrDefault::Str("mean"))],
         summary: "(a - b)^2, reduced" },
     OpSpec { op: Op::Conv2dGradInput, name: "conv2d_grad_input", class: OpClass::Backward,
         operands: &[one("dy"), one("w")],
-        attrs: &[attr("input_shape", AttrKind::Ints(4), AttrDefault::Required),
+        attrs: &[attr(key::INPUT_SHAPE, AttrDefault::Required),
                  CONV_ATTRS_TAIL[0], CONV_ATTRS_TAIL[1], CONV_ATTRS_TAIL[2], CONV_ATTRS_TAIL[3]],
         summary: "gradient of conv2d with respect to its input x (of shape input_shape)" },
     OpSpec { op: Op::Conv2dGradWeight, name: "conv2d_grad_weight", class: OpClass::Backward,
         operands: &[one("x"), one("dy")],
-        attrs: &[attr("weight_shape", AttrKind::Ints(4), AttrDefault::Required),
+        attrs: &[attr(key::WEIGHT_SHAPE, AttrDefault::Required),
                  CONV_ATTRS_TAIL[0], CONV_ATTRS_TAIL[1], CONV_ATTRS_TAIL[2], CONV_ATTRS_TAIL[3]],
         summary: "gradient of conv2d with respect to its weight (of shape weight_shape)" },
     OpSpec { op: Op::MaxPool2dGrad, name: "max_pool2d_grad", class: OpClass::Backward,
@@ -494,59 +493,59 @@ pub static OPS: &[OpSpec] = &[
         summary: "dy routed to the first maximum of each window of x, summed where windows overlap" },
     OpSpec { op: Op::AvgPool2dGrad, name: "avg_pool2d_grad", class: OpClass::Backward,
         operands: &[one("dy")],
-        attrs: &[attr("input_shape", AttrKind::Ints(4), AttrDefault::Required),
+        attrs: &[attr(key::INPUT_SHAPE, AttrDefault::Required),
                  POOL_GRAD_ATTRS[0], POOL_GRAD_ATTRS[1], POOL_GRAD_ATTRS[2]],
         summary: "dy / window area spread over each window, summed where windows overlap" },
     OpSpec { op: Op::EmbeddingGrad, name: "embedding_grad", class: OpClass::Backward,
         operands: &[one("dy"), nondiff("ids")],
-        attrs: &[attr("num_embeddings", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::NUM_EMBEDDINGS, AttrDefault::Required)],
         summary: "rows of dy [ids.shape.., D] summed into a [num_embeddings, D] table at ids" },
     OpSpec { op: Op::SliceGrad, name: "slice_grad", class: OpClass::Backward,
         operands: &[one("dy")],
-        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required),
-                 attr("axis", AttrKind::Int, AttrDefault::Required),
-                 attr("start", AttrKind::Int, AttrDefault::Required),
-                 attr("end", AttrKind::Int, AttrDefault::Required),
-                 attr("step", AttrKind::Int, AttrDefault::Int(1))],
+        attrs: &[attr(key::SHAPE, AttrDefault::Required),
+                 attr(key::AXIS, AttrDefault::Required),
+                 attr(key::START, AttrDefault::Required),
+                 attr(key::END, AttrDefault::Required),
+                 attr(key::STEP, AttrDefault::Int(1))],
         summary: "zeros of `shape` with dy placed where slice(axis, start, end, step) reads" },
     OpSpec { op: Op::Attention, name: "attention", class: OpClass::Composite,
         operands: &[one("q"), one("k"), one("v"), OperandSpec { name: "mask", arity: Arity::Optional, differentiable: false }],
-        attrs: &[attr("scale", AttrKind::Float, AttrDefault::Derived("1/sqrt(head_dim)")),
-                 attr("causal", AttrKind::Bool, AttrDefault::Bool(false)),
-                 attr("window", AttrKind::Int, AttrDefault::Int(0)),
-                 attr("mask_kind", AttrKind::Str(&["boolean", "additive"]), AttrDefault::Str("boolean"))],
+        attrs: &[attr(key::SCALE, AttrDefault::Derived("1/sqrt(head_dim)")),
+                 attr(key::CAUSAL, AttrDefault::Bool(false)),
+                 attr(key::WINDOW, AttrDefault::Int(0)),
+                 attr(key::MASK_KIND, AttrDefault::Str("boolean"))],
         summary: "softmax(scale * q k^T + mask) v on [batch, heads, seq, head_dim]" },
     OpSpec { op: Op::Constant, name: "constant", class: OpClass::Constant, operands: &[],
-        attrs: &[attr("value", AttrKind::Float, AttrDefault::Required)],
+        attrs: &[attr(key::VALUE, AttrDefault::Required)],
         summary: "a scalar f32 literal (may be inf or -inf, not nan)" },
     OpSpec { op: Op::Iota, name: "iota", class: OpClass::Constant, operands: &[],
-        attrs: &[attr("shape", AttrKind::Ints(0), AttrDefault::Required),
-                 attr("axis", AttrKind::Int, AttrDefault::Required)],
+        attrs: &[attr(key::SHAPE, AttrDefault::Required),
+                 attr(key::AXIS, AttrDefault::Required)],
         summary: "f32 tensor of the given shape whose element is its index along axis" },
     OpSpec { op: Op::Grad, name: "grad", class: OpClass::Grad,
         operands: &[nondiff("loss"), variadic("wrt", false)], attrs: &[],
         summary: "d loss / d wrt_i for each wrt_i (an input, param or state)" },
     OpSpec { op: Op::Sgd, name: "sgd", class: OpClass::Optimizer,
         operands: &[nondiff("param"), nondiff("grad"), OperandSpec { name: "momentum_buf", arity: Arity::Optional, differentiable: false }],
-        attrs: &[attr("lr", AttrKind::Float, AttrDefault::Required),
-                 attr("momentum", AttrKind::Float, AttrDefault::Float(0.0)),
-                 attr("dampening", AttrKind::Float, AttrDefault::Float(0.0)),
-                 attr("nesterov", AttrKind::Bool, AttrDefault::Bool(false)),
-                 attr("weight_decay", AttrKind::Float, AttrDefault::Float(0.0))],
+        attrs: &[attr(key::LR, AttrDefault::Required),
+                 attr(key::MOMENTUM, AttrDefault::Float(0.0)),
+                 attr(key::DAMPENING, AttrDefault::Float(0.0)),
+                 attr(key::NESTEROV, AttrDefault::Bool(false)),
+                 attr(key::WEIGHT_DECAY, AttrDefault::Float(0.0))],
         summary: "torch.optim.SGD step: new param (and new momentum buffer)" },
     OpSpec { op: Op::Adam, name: "adam", class: OpClass::Optimizer, operands: ADAM_OPERANDS,
-        attrs: &[attr("lr", AttrKind::Float, AttrDefault::Float(1e-3)),
-                 attr("beta1", AttrKind::Float, AttrDefault::Float(0.9)),
-                 attr("beta2", AttrKind::Float, AttrDefault::Float(0.999)),
-                 attr("eps", AttrKind::Float, AttrDefault::Float(1e-8)),
-                 attr("weight_decay", AttrKind::Float, AttrDefault::Float(0.0))],
+        attrs: &[attr(key::LR, AttrDefault::Float(1e-3)),
+                 attr(key::BETA1, AttrDefault::Float(0.9)),
+                 attr(key::BETA2, AttrDefault::Float(0.999)),
+                 attr(key::EPS, AttrDefault::Float(1e-8)),
+                 attr(key::WEIGHT_DECAY, AttrDefault::Float(0.0))],
         summary: "torch.optim.Adam step t: new param, m, v" },
     OpSpec { op: Op::AdamW, name: "adamw", class: OpClass::Optimizer, operands: ADAM_OPERANDS,
-        attrs: &[attr("lr", AttrKind::Float, AttrDefault::Float(1e-3)),
-                 attr("beta1", AttrKind::Float, AttrDefault::Float(0.9)),
-                 attr("beta2", AttrKind::Float, AttrDefault::Float(0.999)),
-                 attr("eps", AttrKind::Float, AttrDefault::Float(1e-8)),
-                 attr("weight_decay", AttrKind::Float, AttrDefault::Float(1e-2))],
+        attrs: &[attr(key::LR, AttrDefault::Float(1e-3)),
+                 attr(key::BETA1, AttrDefault::Float(0.9)),
+                 attr(key::BETA2, AttrDefault::Float(0.999)),
+                 attr(key::EPS, AttrDefault::Float(1e-8)),
+                 attr(key::WEIGHT_DECAY, AttrDefault::Float(1e-2))],
         summary: "torch.optim.AdamW step t (decoupled weight decay): new param, m, v" },
 ];
 
@@ -559,6 +558,27 @@ mod tests {
         for (i, spec) in OPS.iter().enumerate() {
             assert_eq!(spec.op as usize, i, "{} is out of order", spec.name);
             assert_eq!(Op::from_name(spec.name), Some(spec.op));
+        }
+    }
+
+    #[test]
+    fn every_attribute_comes_from_one_key() {
+        for spec in OPS {
+            for a in spec.attrs {
+                assert!(
+                    key::ALL.contains(&(a.name, a.kind)),
+                    "{}: `{}` is not a key of attr::key",
+                    spec.name,
+                    a.name
+                );
+            }
+        }
+        for (name, kind) in key::ALL {
+            assert!(
+                OPS.iter()
+                    .any(|s| s.attr(name).is_some_and(|a| a.kind == *kind)),
+                "key `{name}` is declared by no op"
+            );
         }
     }
 

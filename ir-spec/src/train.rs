@@ -20,6 +20,7 @@
 //! same graph. Every precondition is checked before the graph is touched, so an error leaves
 //! the graph as it was.
 
+use crate::attr::key;
 use std::collections::HashSet;
 
 use crate::attr::{Attr, Attrs};
@@ -182,7 +183,7 @@ fn param_states(optimizer: Optimizer, attrs: &Attrs) -> &'static [(&'static str,
 
 fn momentum(attrs: &Attrs) -> f64 {
     attrs
-        .get("momentum")
+        .get(key::MOMENTUM.name)
         .and_then(Attr::as_float)
         .unwrap_or(0.0)
 }

@@ -7,6 +7,7 @@
 //! the inputs with [`rebuild`]. `compiler/tests/train_sugar.rs` runs real training through
 //! autodiff.
 
+use sinter_ir::key;
 use std::collections::HashMap;
 
 use sinter_ir::expand::rebuild;
@@ -94,9 +95,9 @@ fn adamw_expansion() {
         ["w", "w.grad", "w.m", "w.v", "train.step.next"]
     );
     assert_eq!(names(&g, &upd.outputs), ["w.next", "w.m.next", "w.v.next"]);
-    assert_eq!(upd.attrs.float("lr"), 0.01);
-    assert_eq!(upd.attrs.float("weight_decay"), 0.1);
-    assert_eq!(upd.attrs.float("beta2"), 0.999);
+    assert_eq!(upd.attrs.of(key::LR), 0.01);
+    assert_eq!(upd.attrs.of(key::WEIGHT_DECAY), 0.1);
+    assert_eq!(upd.attrs.of(key::BETA2), 0.999);
     assert_eq!(
         assigns(&g),
         [
@@ -134,7 +135,7 @@ fn sgd_expansions() {
         names(&momentum, &upd.inputs),
         ["b", "b.grad", "b.momentum_buf"]
     );
-    assert!(upd.attrs.bool("nesterov"));
+    assert!(upd.attrs.of(key::NESTEROV));
     assert!(assigns(&momentum).contains(&("b.momentum_buf".into(), "b.momentum_buf.next".into())));
 }
 

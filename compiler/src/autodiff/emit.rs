@@ -4,18 +4,14 @@
 //! with the same attributes is emitted once), and [`Emit::unbroadcast`], the
 //! one place where a broadcast gradient is summed back to its operand's shape.
 
+use sinter_ir::key;
 use std::collections::{HashMap, HashSet};
 
 use sinter_ir::expand::Rebuild;
 use sinter_ir::types::broadcast_shapes;
-use sinter_ir::{Attr, Attrs, GraphError, Op, TensorType, ValueDef, ValueId};
+use sinter_ir::{Attrs, GraphError, Op, TensorType, ValueDef, ValueId};
 
 type Result<T> = std::result::Result<T, GraphError>;
-
-/// An int-list attribute from extents or axes.
-pub(super) fn ints(values: &[usize]) -> Attr {
-    Attr::ints(&values.iter().map(|&v| v as i64).collect::<Vec<_>>())
-}
 
 /// The builder of one `grad` statement's backward subgraph.
 pub(super) struct Emit<'r, 'a> {
@@ -61,11 +57,7 @@ impl<'r, 'a> Emit<'r, 'a> {
 
     /// A scalar f32 literal.
     pub fn constant(&mut self, value: f64) -> Result<ValueId> {
-        let v = self.op(
-            Op::Constant,
-            &[],
-            Attrs::new().with("value", Attr::Float(value)),
-        )?;
+        let v = self.op(Op::Constant, &[], Attrs::new().and(key::VALUE, value))?;
         if value == 1.0 {
             self.ones.insert(v);
         }
@@ -77,7 +69,7 @@ impl<'r, 'a> Emit<'r, 'a> {
         let g = self.rb.graph();
         match g.value(v).def {
             ValueDef::Node { node, .. } if g.node(node).op == Op::Constant => {
-                Some(g.node(node).attrs.float("value"))
+                Some(g.node(node).attrs.of(key::VALUE))
             }
             _ => None,
         }
@@ -161,7 +153,11 @@ impl<'r, 'a> Emit<'r, 'a> {
         if self.ty(x).shape == shape {
             return Ok(x);
         }
-        let r = self.op(Op::Reshape, &[x], Attrs::new().with("shape", ints(shape)))?;
+        let r = self.op(
+            Op::Reshape,
+            &[x],
+            Attrs::new().and(key::SHAPE, shape.to_vec()),
+        )?;
         if self.is_one(x) {
             self.ones.insert(r);
         }
@@ -173,7 +169,7 @@ impl<'r, 'a> Emit<'r, 'a> {
     pub fn copy(&mut self, x: ValueId) -> Result<ValueId> {
         let shape = self.shape(x);
         self.rb
-            .add(Op::Reshape, &[x], Attrs::new().with("shape", ints(&shape)))
+            .add(Op::Reshape, &[x], Attrs::new().and(key::SHAPE, shape))
     }
 
     pub fn broadcast_to(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId> {
@@ -183,7 +179,7 @@ impl<'r, 'a> Emit<'r, 'a> {
         let r = self.op(
             Op::BroadcastTo,
             &[x],
-            Attrs::new().with("shape", ints(shape)),
+            Attrs::new().and(key::SHAPE, shape.to_vec()),
         )?;
         if self.is_one(x) {
             self.ones.insert(r);
@@ -196,9 +192,7 @@ impl<'r, 'a> Emit<'r, 'a> {
         self.op(
             Op::Transpose,
             &[x],
-            Attrs::new()
-                .with("dim0", Attr::Int(r as i64 - 2))
-                .with("dim1", Attr::Int(r as i64 - 1)),
+            Attrs::new().and(key::DIM0, r - 2).and(key::DIM1, r - 1),
         )
     }
 
@@ -207,8 +201,8 @@ impl<'r, 'a> Emit<'r, 'a> {
             op,
             &[x],
             Attrs::new()
-                .with("axes", ints(axes))
-                .with("keepdim", Attr::Bool(keepdim)),
+                .and(key::AXES, axes.to_vec())
+                .and(key::KEEPDIM, keepdim),
         )
     }
 

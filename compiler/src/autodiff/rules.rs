@@ -7,12 +7,13 @@
 //! Semantics follow PyTorch's autograd; where the derivative is not unique (kinks, ties) the
 //! arm says which convention it takes.
 
+use sinter_ir::key;
 use std::f64::consts::PI;
 
-use sinter_ir::{Attr, Attrs, GraphError, Node, Op, ValueId};
+use sinter_ir::{Attrs, GraphError, Node, Op, ValueId};
 
 use super::AutodiffError;
-use super::emit::{Emit, ints};
+use super::emit::Emit;
 
 type Result<T> = std::result::Result<T, AutodiffError>;
 
@@ -215,24 +216,24 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         Reshape | Unsqueeze | Squeeze => one(e.reshape(dy, &e.shape(x[0]))?),
         // permute by the inverse permutation
         Permute => {
-            let perm = s.attrs().usizes("perm");
+            let perm = s.attrs().of(key::PERM);
             let mut inverse = vec![0; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inverse[p] = i;
             }
-            one(e.op(Permute, &[dy], Attrs::new().with("perm", ints(&inverse)))?)
+            one(e.op(Permute, &[dy], Attrs::new().and(key::PERM, inverse))?)
         }
         // a transpose is its own inverse
         Transpose => one(e.op(Transpose, &[dy], s.attrs().clone())?),
         BroadcastTo => one(e.unbroadcast(dy, &e.shape(x[0]))?),
         // dy placed where the slice reads
         Slice => {
-            let attrs = s.attrs().clone().with("shape", ints(&e.shape(x[0])));
+            let attrs = s.attrs().clone().and(key::SHAPE, e.shape(x[0]));
             one(e.op(SliceGrad, &[dy], attrs)?)
         }
         // each operand gets its slice of dy
         Concat => {
-            let axis = s.attrs().usize("axis");
+            let axis = s.attrs().of(key::AXIS);
             let total = e.ty(dy).shape[axis];
             let mut start = 0;
             let mut grads = Vec::with_capacity(x.len());
@@ -243,9 +244,9 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
                         return Ok(dy);
                     }
                     let attrs = Attrs::new()
-                        .with("axis", Attr::Int(axis as i64))
-                        .with("start", Attr::Int(start as i64))
-                        .with("end", Attr::Int((start + len) as i64));
+                        .and(key::AXIS, axis)
+                        .and(key::START, start)
+                        .and(key::END, start + len);
                     e.op(Slice, &[dy], attrs)
                 })?);
                 start += len;
@@ -260,7 +261,7 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         // ---- neural-network ops ----
         // d softmax = y · (dy - Σ dy·y)
         Softmax => {
-            let axis = s.attrs().usize("axis");
+            let axis = s.attrs().of(key::AXIS);
             let dyy = e.mul(dy, y)?;
             let dot = e.sum(dyy, &[axis], true)?;
             let d = e.sub(dy, dot)?;
@@ -268,7 +269,7 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         }
         // d log_softmax = dy - exp(y) · Σ dy
         LogSoftmax => {
-            let axis = s.attrs().usize("axis");
+            let axis = s.attrs().of(key::AXIS);
             let total = e.sum(dy, &[axis], true)?;
             let p = e.unary(Exp, y)?;
             let g = e.mul(p, total)?;
@@ -282,20 +283,20 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
             one(g)
         }
         AvgPool2d => {
-            let attrs = s.attrs().clone().with("input_shape", ints(&e.shape(x[0])));
+            let attrs = s.attrs().clone().and(key::INPUT_SHAPE, e.shape(x[0]));
             one(e.op(AvgPool2dGrad, &[dy], attrs)?)
         }
         // rows of dy summed into the table at ids
         Embedding => {
             let rows = e.ty(x[0]).shape[0];
-            let attrs = Attrs::new().with("num_embeddings", Attr::Int(rows as i64));
+            let attrs = Attrs::new().and(key::NUM_EMBEDDINGS, rows);
             Ok(vec![Some(e.op(EmbeddingGrad, &[dy, x[1]], attrs)?), None])
         }
         CrossEntropy => cross_entropy(e, s),
         // d mse = ±2 (a - b) · dy (/ count for mean)
         MseLoss => {
             let diff = e.sub(x[0], x[1])?;
-            let k = match s.attrs().str("reduction") {
+            let k = match s.attrs().of(key::REDUCTION) {
                 "mean" => 2.0 / e.ty(x[0]).numel() as f64,
                 _ => 2.0,
             };
@@ -311,7 +312,7 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
             let attrs = conv_attrs(s.attrs());
             let ddy = want_then(s, 0, || e.op(Conv2d, &[dy, x[1]], attrs.clone()))?;
             let dw = want_then(s, 1, || {
-                let a = attrs.clone().with("weight_shape", ints(&e.shape(x[1])));
+                let a = attrs.clone().and(key::WEIGHT_SHAPE, e.shape(x[1]));
                 e.op(Conv2dGradWeight, &[dy, x[0]], a)
             })?;
             Ok(vec![ddy, dw])
@@ -319,7 +320,7 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         Conv2dGradWeight => {
             let attrs = conv_attrs(s.attrs());
             let dx = want_then(s, 0, || {
-                let a = attrs.clone().with("input_shape", ints(&e.shape(x[0])));
+                let a = attrs.clone().and(key::INPUT_SHAPE, e.shape(x[0]));
                 e.op(Conv2dGradInput, &[x[1], dy], a)
             })?;
             let ddy = want_then(s, 1, || e.op(Conv2d, &[x[0], dy], attrs.clone()))?;
@@ -412,7 +413,7 @@ fn binary(
 }
 
 fn reduce_attrs(s: &Site) -> (Vec<usize>, bool) {
-    (s.attrs().usizes("axes"), s.attrs().bool("keepdim"))
+    (s.attrs().of(key::AXES), s.attrs().of(key::KEEPDIM))
 }
 
 /// GELU: erf form `dy · (Φ(x) + x·φ(x))` with `Φ(x) = y / x` (½ at 0, where y = x·Φ(x));
@@ -420,7 +421,7 @@ fn reduce_attrs(s: &Site) -> (Vec<usize>, bool) {
 fn gelu(e: &mut Emit, s: &Site) -> Result<ValueId> {
     let (x, y, dy) = (s.x[0], s.y, s.dy);
     let x2 = e.unary(Op::Square, x)?;
-    let d = if s.attrs().str("approximate") == "tanh" {
+    let d = if s.attrs().of(key::APPROXIMATE) == "tanh" {
         let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
         // u = x·(k + k·c·x²), du/dx = k + 3·k·c·x²
         let inner = e.scale(x2, k * c)?;
@@ -595,7 +596,7 @@ fn last_axis_norm(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
     let is_layer = s.node.op == Op::LayerNorm;
     let shape = e.shape(x);
     let last = shape.len() - 1;
-    let eps = s.attrs().float("eps");
+    let eps = s.attrs().of(key::EPS);
     let centered = if is_layer {
         let mu = e.mean(x, &[last], true)?;
         e.sub(x, mu)?
@@ -636,9 +637,9 @@ fn group_norm(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
     let (x, dy) = (s.x[0], s.dy);
     let shape = e.shape(x);
     let (n, c) = (shape[0], shape[1]);
-    let groups = s.attrs().usize("groups");
+    let groups = s.attrs().of(key::GROUPS);
     let grouped = [n, groups, shape.iter().product::<usize>() / (n * groups)];
-    let eps = s.attrs().float("eps");
+    let eps = s.attrs().of(key::EPS);
     let xr = e.reshape(x, &grouped)?;
     let mu = e.mean(xr, &[2], true)?;
     let centered = e.sub(xr, mu)?;
@@ -687,11 +688,11 @@ fn conv2d(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
     let (x, w, dy) = (s.x[0], s.x[1], s.dy);
     let attrs = conv_attrs(s.attrs());
     let dx = want_then(s, 0, || {
-        let a = attrs.clone().with("input_shape", ints(&e.shape(x)));
+        let a = attrs.clone().and(key::INPUT_SHAPE, e.shape(x));
         e.op(Op::Conv2dGradInput, &[dy, w], a)
     })?;
     let dw = want_then(s, 1, || {
-        let a = attrs.clone().with("weight_shape", ints(&e.shape(w)));
+        let a = attrs.clone().and(key::WEIGHT_SHAPE, e.shape(w));
         e.op(Op::Conv2dGradWeight, &[x, dy], a)
     })?;
     let mut grads = vec![dx, dw];
@@ -706,27 +707,21 @@ fn conv2d(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
 fn cross_entropy(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
     let (logits, labels, dy) = (s.x[0], s.x[1], s.dy);
     let [n, c] = [0, 1].map(|i| e.shape(logits)[i]);
-    let p = e.op(
-        Op::Softmax,
-        &[logits],
-        Attrs::new().with("axis", Attr::Int(1)),
-    )?;
+    let p = e.op(Op::Softmax, &[logits], Attrs::new().and(key::AXIS, 1))?;
     let classes = e.op(
         Op::Iota,
         &[],
-        Attrs::new()
-            .with("shape", ints(&[n, c]))
-            .with("axis", Attr::Int(1)),
+        Attrs::new().and(key::SHAPE, vec![n, c]).and(key::AXIS, 1),
     )?;
     let label = e.op(
         Op::Cast,
         &[labels],
-        Attrs::new().with("dtype", Attr::Str("f32".into())),
+        Attrs::new().and(key::DTYPE, sinter_ir::DType::F32),
     )?;
     let label = e.reshape(label, &[n, 1])?;
     let onehot = e.compare(Op::Eq, classes, label)?;
     let d = e.sub(p, onehot)?;
-    let scale = match s.attrs().str("reduction") {
+    let scale = match s.attrs().of(key::REDUCTION) {
         "mean" => e.scale(dy, 1.0 / n as f64)?,
         "sum" => dy,
         _ => e.reshape(dy, &[n, 1])?,

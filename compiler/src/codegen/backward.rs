@@ -4,7 +4,6 @@
 use std::fmt::Write;
 
 use super::conv::{advance_window, bind_view, header};
-use super::rows::combine_segment;
 use super::{
     ENTRY_ARGS, Emitter, LOOP_BUDGET, NEG_INF, WORKGROUP, decompose, grid, load, strided_loop,
     unroll_factor,
@@ -390,4 +389,20 @@ pub fn emit_slice_grad(e: &mut Emitter, k: &SliceGrad) -> (String, [u32; 3], u32
     writeln!(s, "    }}").unwrap();
     writeln!(s, "    {o}[{o_addr}] = v;\n}}").unwrap();
     (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+}
+
+/// Sums every thread's `partial` over its segment through `red` (segments of `SEG` consecutive
+/// threads) and binds the segment's total to `name` in every thread of the segment.
+fn combine_segment(s: &mut String, partial: &str, name: &str, combine: &str) {
+    writeln!(s, "    red[lid] = {partial};").unwrap();
+    writeln!(s, "    workgroupBarrier();").unwrap();
+    writeln!(s, "    for (var w = SEG / 2u; w > 0u; w = w >> 1u) {{").unwrap();
+    writeln!(s, "        if (lane < w) {{").unwrap();
+    writeln!(s, "            let a = red[lid];").unwrap();
+    writeln!(s, "            let b = red[lid + w];").unwrap();
+    writeln!(s, "            red[lid] = {combine};").unwrap();
+    writeln!(s, "        }}").unwrap();
+    writeln!(s, "        workgroupBarrier();").unwrap();
+    writeln!(s, "    }}").unwrap();
+    writeln!(s, "    let {name} = red[lid - lane];").unwrap();
 }

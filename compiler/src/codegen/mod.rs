@@ -12,10 +12,9 @@
 
 mod backward;
 mod conv;
-mod elementwise;
+pub mod fused;
 pub mod matmul;
 pub mod numerics;
-mod rows;
 
 use std::fmt::Write;
 
@@ -67,8 +66,7 @@ pub fn emit(
         address_words: Vec::new(),
     };
     let (body, workgroups, shared) = match plan {
-        KernelPlan::Elementwise(k) => elementwise::emit(&mut e, k),
-        KernelPlan::Rows(k) => rows::emit(&mut e, k),
+        KernelPlan::Fused(k) => fused::emit(&mut e, k),
         KernelPlan::Matmul(k) => matmul::emit(&mut e, k, options.matmul_tile)?,
         KernelPlan::Conv2d(k) => conv::emit_conv(&mut e, k),
         KernelPlan::Pool2d(k) => conv::emit_pool(&mut e, k),

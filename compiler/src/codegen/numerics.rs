@@ -39,13 +39,19 @@ const HELPERS: &[Helper] = &[
         uses: &["is_nan_f32"],
         wgsl: "fn min_nan(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, is_nan_f32(a) || is_nan_f32(b)); }\n",
     },
-    // Whether (b, bi) comes before (a, ai) in argmax order: a NaN beats any number, a larger
-    // value beats a smaller one, and among equals (or NaNs) the smaller index wins. An index of
-    // 0xffffffff marks "no element".
+    // relu as `x < 0 ? 0 : x`: NaN and -0.0 pass through.
     Helper {
-        name: "argmax_better",
+        name: "relu_nan",
+        uses: &[],
+        wgsl: "fn relu_nan(x: f32) -> f32 { return select(x, 0.0, x < 0.0); }\n",
+    },
+    // Whether (b, bi) takes the place of (a, ai) in argmax order: a NaN beats any number, a
+    // larger value beats a smaller one, and among equals (or NaNs) the smaller index wins. An
+    // index of 0xffffffff marks "no element".
+    Helper {
+        name: "argmax_takes",
         uses: &["is_nan_f32"],
-        wgsl: "fn argmax_better(b: f32, bi: u32, a: f32, ai: u32) -> bool {
+        wgsl: "fn argmax_takes(a: f32, ai: u32, b: f32, bi: u32) -> bool {
     if (bi == 0xffffffffu) { return false; }
     if (ai == 0xffffffffu) { return true; }
     let na = is_nan_f32(a);

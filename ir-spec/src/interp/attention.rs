@@ -1,5 +1,6 @@
 //! `attention`, evaluated directly (not through its expansion into primitives).
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::reduce::softmax_row;
 use crate::interp::tensor::{Tensor, View};
@@ -29,11 +30,11 @@ pub(crate) fn attention(cx: &Cx) -> Tensor {
     let (q, k, v) = (cx.x(0), cx.x(1), cx.x(2));
     let [b, h, sq, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
     let (sk, dv) = (k.shape()[2], v.shape()[3]);
-    let scale = cx.attrs.float("scale");
-    let additive = cx.attrs.str("mask_kind") == "additive";
+    let scale = cx.attrs.of(key::SCALE);
+    let additive = cx.attrs.of(key::MASK_KIND) == "additive";
     let filter = KeyFilter {
-        causal: cx.attrs.bool("causal"),
-        window: cx.attrs.usize("window"),
+        causal: cx.attrs.of(key::CAUSAL),
+        window: cx.attrs.of(key::WINDOW),
     };
     let mask = cx
         .optional(3)

@@ -6,13 +6,14 @@
 //! `max_pool2d_grad` routes each window's `dy` to the window's *first* maximum of `x` in row-major
 //! order (a NaN counts as a maximum, as in PyTorch); padding positions never win.
 
+use crate::attr::key;
 use crate::interp::EvalError;
 use crate::interp::conv::axes;
 use crate::interp::node::Cx;
 use crate::interp::tensor::{Tensor, split_at_axis};
 
 fn dilation(cx: &Cx) -> [usize; 2] {
-    let d = cx.attrs.usizes("dilation");
+    let d = cx.attrs.of(key::DILATION);
     [d[0], d[1]]
 }
 
@@ -30,7 +31,7 @@ fn for_each_conv_tap(
     let [n, c, h, wd] = [0, 1, 2, 3].map(|i| x_shape[i]);
     let [o_count, c_per, kh, kw] = [0, 1, 2, 3].map(|i| w_shape[i]);
     let [oh, ow] = [dy_shape[2], dy_shape[3]];
-    let o_per = o_count / cx.attrs.usize("groups");
+    let o_per = o_count / cx.attrs.of(key::GROUPS);
     for b in 0..n {
         for o in 0..o_count {
             let first_c = o / o_per * c_per;
@@ -82,7 +83,7 @@ pub(crate) fn conv2d_grad_weight(cx: &Cx) -> Tensor {
 /// where `taps` lists the in-bounds offsets (within the plane) of the window in row-major order.
 fn for_each_window(cx: &Cx, input: &[usize], mut visit: impl FnMut(usize, usize, &[usize])) {
     let [ay, ax] = axes(cx, input, [1, 1]);
-    let kernel = cx.attrs.usizes("kernel");
+    let kernel = cx.attrs.of(key::KERNEL);
     let [n, c, _, w] = [0, 1, 2, 3].map(|i| input[i]);
     let dy = cx.inputs.last().expect("dy is the last operand");
     let [oh, ow] = [dy.shape()[2], dy.shape()[3]];
@@ -131,7 +132,7 @@ pub(crate) fn max_pool2d_grad(cx: &Cx) -> Tensor {
 pub(crate) fn avg_pool2d_grad(cx: &Cx) -> Tensor {
     let dy = cx.x(0);
     let out = &cx.out().shape;
-    let kernel = cx.attrs.usizes("kernel");
+    let kernel = cx.attrs.of(key::KERNEL);
     let area = (kernel[0] * kernel[1]) as f64;
     let plane_size = out[2] * out[3];
     let mut data = vec![0.0; cx.out().numel()];
@@ -164,8 +165,8 @@ pub(crate) fn embedding_grad(cx: &Cx) -> Result<Tensor, EvalError> {
 /// `slice_grad(dy)`: zeros of `shape`, with `dy` at the positions `slice` reads.
 pub(crate) fn slice_grad(cx: &Cx) -> Tensor {
     let dy = cx.x(0);
-    let axis = cx.attrs.usize("axis");
-    let (start, step) = (cx.attrs.usize("start"), cx.attrs.usize("step"));
+    let axis = cx.attrs.of(key::AXIS);
+    let (start, step) = (cx.attrs.of(key::START), cx.attrs.of(key::STEP));
     let shape = &cx.out().shape;
     let (outer, n, inner) = split_at_axis(shape, axis);
     let m = dy.shape()[axis];

@@ -1,5 +1,6 @@
 //! `conv2d` and the 2-D poolings, on NCHW tensors, as direct loops.
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::tensor::Tensor;
 use crate::op::Op;
@@ -26,7 +27,7 @@ impl Axis {
 /// The two spatial axes of a window over an input of shape `input` (NCHW), from the node's
 /// `stride` and `padding`.
 pub(crate) fn axes(cx: &Cx, input: &[usize], dilation: [usize; 2]) -> [Axis; 2] {
-    let (stride, padding) = (cx.attrs.usizes("stride"), cx.attrs.usizes("padding"));
+    let (stride, padding) = (cx.attrs.of(key::STRIDE), cx.attrs.of(key::PADDING));
     [0, 1].map(|d| Axis {
         stride: stride[d],
         padding: padding[d],
@@ -38,13 +39,13 @@ pub(crate) fn axes(cx: &Cx, input: &[usize], dilation: [usize; 2]) -> [Axis; 2] 
 /// 2-D cross-correlation: `x [N, C, H, W]`, `w [O, C/groups, kH, kW]`, optional bias `[O]`;
 /// output channel `o` reads the input channels of its group `o / (O/groups)`.
 pub(crate) fn conv2d(cx: &Cx) -> Tensor {
-    let d = cx.attrs.usizes("dilation");
+    let d = cx.attrs.of(key::DILATION);
     let [ay, ax] = axes(cx, cx.x(0).shape(), [d[0], d[1]]);
     let (x, w, bias) = (cx.x(0), cx.x(1), cx.optional(2));
     let [n, c, h, wd] = [0, 1, 2, 3].map(|i| x.shape()[i]);
     let [o_count, c_per, kh, kw] = [0, 1, 2, 3].map(|i| w.shape()[i]);
     let [oh, ow] = [cx.out().shape[2], cx.out().shape[3]];
-    let o_per = o_count / cx.attrs.usize("groups");
+    let o_per = o_count / cx.attrs.of(key::GROUPS);
     let mut data = Vec::with_capacity(cx.out().numel());
     for b in 0..n {
         for o in 0..o_count {
@@ -78,7 +79,7 @@ pub(crate) fn conv2d(cx: &Cx) -> Tensor {
 /// divisor, which is always `kH·kW`: PyTorch's `count_include_pad=True`).
 pub(crate) fn pool2d(cx: &Cx) -> Tensor {
     let [ay, ax] = axes(cx, cx.x(0).shape(), [1, 1]);
-    let kernel = cx.attrs.usizes("kernel");
+    let kernel = cx.attrs.of(key::KERNEL);
     let x = cx.x(0);
     let [n, c, h, w] = [0, 1, 2, 3].map(|i| x.shape()[i]);
     let [oh, ow] = [cx.out().shape[2], cx.out().shape[3]];

@@ -3,37 +3,75 @@
 //! NaN propagates as in PyTorch: `maximum`/`minimum` (and `relu`) return NaN when an operand is
 //! NaN; comparisons with NaN are false (0.0), as IEEE says.
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::special::{gelu_erf, gelu_tanh};
 use crate::interp::tensor::{Tensor, View};
 use crate::op::Op;
 use crate::types::DType;
 
+/// The scalar function of an elementwise op (unary, binary or comparison) at `args`; for
+/// `gelu`, `gelu_tanh` picks the tanh approximation. The one place that says what each
+/// elementwise op computes (the fused kernels' evaluator in the compiler calls it too).
+pub fn scalar(op: Op, gelu_tanh_form: bool, args: &[f64]) -> f64 {
+    let x = args[0];
+    let y = || args[1];
+    match op {
+        Op::Neg => -x,
+        Op::Abs => x.abs(),
+        Op::Exp => x.exp(),
+        Op::Log => x.ln(),
+        Op::Sqrt => x.sqrt(),
+        Op::Rsqrt => 1.0 / x.sqrt(),
+        Op::Reciprocal => 1.0 / x,
+        Op::Square => x * x,
+        Op::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        Op::Sigmoid => sigmoid(x),
+        Op::Tanh => x.tanh(),
+        Op::Silu => x * sigmoid(x),
+        Op::Sin => x.sin(),
+        Op::Cos => x.cos(),
+        Op::Gelu if gelu_tanh_form => gelu_tanh(x),
+        Op::Gelu => gelu_erf(x),
+        Op::Add => x + y(),
+        Op::Sub => x - y(),
+        Op::Mul => x * y(),
+        Op::Div => x / y(),
+        Op::Pow => x.powf(y()),
+        Op::Maximum => nan_or(x, y(), f64::max),
+        Op::Minimum => nan_or(x, y(), f64::min),
+        Op::Eq => truth(x == y()),
+        Op::Lt => truth(x < y()),
+        Op::Le => truth(x <= y()),
+        Op::Gt => truth(x > y()),
+        Op::Ge => truth(x >= y()),
+        Op::Where => {
+            if x != 0.0 {
+                y()
+            } else {
+                args[2]
+            }
+        }
+        other => unreachable!("`{}` is not elementwise", other.name()),
+    }
+}
+
 /// A unary op of [`crate::op::OpClass::Unary`].
 pub(crate) fn unary(cx: &Cx) -> Tensor {
-    let f: fn(f64) -> f64 = match cx.op {
-        Op::Neg => |x| -x,
-        Op::Abs => f64::abs,
-        Op::Exp => f64::exp,
-        Op::Log => f64::ln,
-        Op::Sqrt => f64::sqrt,
-        Op::Rsqrt => |x| 1.0 / x.sqrt(),
-        Op::Reciprocal => |x| 1.0 / x,
-        Op::Square => |x| x * x,
-        Op::Relu => |x| if x < 0.0 { 0.0 } else { x },
-        Op::Sigmoid => sigmoid,
-        Op::Tanh => f64::tanh,
-        Op::Silu => |x| x * sigmoid(x),
-        Op::Sin => f64::sin,
-        Op::Cos => f64::cos,
-        Op::Gelu => match cx.attrs.str("approximate") {
-            "tanh" => gelu_tanh,
-            _ => gelu_erf,
-        },
-        other => unreachable!("`{}` is not unary", other.name()),
-    };
+    let tanh_form = cx.op == Op::Gelu && cx.attrs.of(key::APPROXIMATE) == "tanh";
     let x = cx.x(0);
-    Tensor::new(cx.out().clone(), x.data.iter().map(|&v| f(v)).collect())
+    let data = x
+        .data
+        .iter()
+        .map(|&v| scalar(cx.op, tanh_form, &[v]))
+        .collect();
+    Tensor::new(cx.out().clone(), data)
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -54,25 +92,14 @@ fn truth(b: bool) -> f64 {
 
 /// A binary op or comparison, with numpy broadcasting to the result's shape.
 pub(crate) fn binary(cx: &Cx) -> Tensor {
-    let f: fn(f64, f64) -> f64 = match cx.op {
-        Op::Add => |a, b| a + b,
-        Op::Sub => |a, b| a - b,
-        Op::Mul => |a, b| a * b,
-        Op::Div => |a, b| a / b,
-        Op::Pow => f64::powf,
-        Op::Maximum => |a, b| nan_or(a, b, f64::max),
-        Op::Minimum => |a, b| nan_or(a, b, f64::min),
-        Op::Eq => |a, b| truth(a == b),
-        Op::Lt => |a, b| truth(a < b),
-        Op::Le => |a, b| truth(a <= b),
-        Op::Gt => |a, b| truth(a > b),
-        Op::Ge => |a, b| truth(a >= b),
-        other => unreachable!("`{}` is not binary", other.name()),
-    };
     let shape = &cx.out().shape;
     let a = View::broadcast(cx.x(0), shape).gather();
     let b = View::broadcast(cx.x(1), shape).gather();
-    let data = a.iter().zip(&b).map(|(&a, &b)| f(a, b)).collect();
+    let data = a
+        .iter()
+        .zip(&b)
+        .map(|(&a, &b)| scalar(cx.op, false, &[a, b]))
+        .collect();
     Tensor::new(cx.out().clone(), data)
 }
 
@@ -100,6 +127,6 @@ pub(crate) fn cast(cx: &Cx) -> Tensor {
 }
 
 /// f64 to i32 as `cast` does it.
-pub(crate) fn to_i32(v: f64) -> i32 {
+pub fn to_i32(v: f64) -> i32 {
     v as i32 // Rust's `as`: truncation toward zero, saturating, NaN to 0
 }

@@ -1,6 +1,7 @@
 //! Views and layout ops: `permute`, `transpose`, `broadcast_to`, `slice`, `concat`.
 //! (`reshape`, `unsqueeze` and `squeeze` keep the elements as they are; see [`super::node`].)
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::tensor::{Tensor, View, split_at_axis};
 
@@ -13,7 +14,7 @@ pub(crate) fn permute(cx: &Cx, perm: &[usize]) -> Tensor {
 /// Swaps `dim0` and `dim1`.
 pub(crate) fn transpose(cx: &Cx) -> Tensor {
     let mut perm: Vec<usize> = (0..cx.x(0).rank()).collect();
-    perm.swap(cx.attrs.usize("dim0"), cx.attrs.usize("dim1"));
+    perm.swap(cx.attrs.of(key::DIM0), cx.attrs.of(key::DIM1));
     permute(cx, &perm)
 }
 
@@ -25,8 +26,8 @@ pub(crate) fn broadcast_to(cx: &Cx) -> Tensor {
 
 /// Elements `start, start + step, … < end` along `axis`.
 pub(crate) fn slice(cx: &Cx) -> Tensor {
-    let axis = cx.attrs.usize("axis");
-    let (start, step) = (cx.attrs.usize("start"), cx.attrs.usize("step"));
+    let axis = cx.attrs.of(key::AXIS);
+    let (start, step) = (cx.attrs.of(key::START), cx.attrs.of(key::STEP));
     let mut view = View::of(cx.x(0));
     view.offset = start * view.strides[axis];
     view.strides[axis] *= step;
@@ -36,7 +37,7 @@ pub(crate) fn slice(cx: &Cx) -> Tensor {
 
 /// Joins the operands along `axis`, in order.
 pub(crate) fn concat(cx: &Cx) -> Tensor {
-    let axis = cx.attrs.usize("axis");
+    let axis = cx.attrs.of(key::AXIS);
     let (outer, _, _) = split_at_axis(&cx.out().shape, axis);
     let mut data = Vec::with_capacity(cx.out().numel());
     for o in 0..outer {

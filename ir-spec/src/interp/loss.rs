@@ -1,5 +1,6 @@
 //! Losses: `cross_entropy` and `mse_loss`, with `reduction` mean, sum or none.
 
+use crate::attr::key;
 use crate::interp::EvalError;
 use crate::interp::node::Cx;
 use crate::interp::reduce::logsumexp;
@@ -7,7 +8,7 @@ use crate::interp::tensor::Tensor;
 
 /// Applies `reduction` to per-element losses.
 fn reduce(cx: &Cx, losses: Vec<f64>) -> Tensor {
-    let data = match cx.attrs.str("reduction") {
+    let data = match cx.attrs.of(key::REDUCTION) {
         "none" => losses,
         "sum" => vec![losses.iter().sum()],
         _ => vec![losses.iter().sum::<f64>() / losses.len() as f64],

@@ -31,6 +31,7 @@ mod reduce;
 pub mod special;
 mod tensor;
 
+pub use elementwise::{scalar, to_i32};
 pub use error::EvalError;
 pub use evaluate::{Evaluation, evaluate};
 pub use node::eval_node;

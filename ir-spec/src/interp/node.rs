@@ -3,6 +3,7 @@
 //! Adding an op to the table without giving it semantics here does not compile.
 
 use crate::attr::Attrs;
+use crate::attr::key;
 use crate::infer::infer;
 use crate::interp::tensor::{Tensor, split_at_axis};
 use crate::interp::{
@@ -115,7 +116,7 @@ impl Cx<'_> {
             Argmax => one(reduce::argmax(self)),
             Softmax | LogSoftmax => one(reduce::softmax(self)),
             Reshape | Unsqueeze | Squeeze => one(self.x(0).clone().with_type(self.out().clone())),
-            Permute => one(layout::permute(self, &self.attrs.usizes("perm"))),
+            Permute => one(layout::permute(self, &self.attrs.of(key::PERM))),
             Transpose => one(layout::transpose(self)),
             BroadcastTo => one(layout::broadcast_to(self)),
             Slice => one(layout::slice(self)),
@@ -131,8 +132,8 @@ impl Cx<'_> {
             CrossEntropy => one(loss::cross_entropy(self)?),
             MseLoss => one(loss::mse_loss(self)),
             Attention => one(attention::attention(self)),
-            Constant => one(Tensor::scalar(self.attrs.float("value"))),
-            Iota => one(iota(self.out(), self.attrs.usize("axis"))),
+            Constant => one(Tensor::scalar(self.attrs.of(key::VALUE))),
+            Iota => one(iota(self.out(), self.attrs.of(key::AXIS))),
             Conv2dGradInput => one(backward::conv2d_grad_input(self)),
             Conv2dGradWeight => one(backward::conv2d_grad_weight(self)),
             MaxPool2dGrad => one(backward::max_pool2d_grad(self)),

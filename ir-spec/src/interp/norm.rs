@@ -1,6 +1,7 @@
 //! Normalizations: `layer_norm`, `rms_norm` (last axis), `group_norm` (`[N, C, *]`).
 //! Means and variances are two-pass and biased (divided by the count), as in PyTorch.
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::tensor::Tensor;
 
@@ -15,7 +16,7 @@ fn moments(c: &[f64]) -> (f64, f64) {
 /// `(x - mean) / sqrt(var + eps) * gamma + beta` over the last axis.
 pub(crate) fn layer_norm(cx: &Cx) -> Tensor {
     let (x, gamma, beta) = (cx.x(0), &cx.x(1).data, &cx.x(2).data);
-    let eps = cx.attrs.float("eps");
+    let eps = cx.attrs.of(key::EPS);
     let mut data = Vec::with_capacity(x.numel());
     for row in x.data.chunks(gamma.len()) {
         let (mean, var) = moments(row);
@@ -28,7 +29,7 @@ pub(crate) fn layer_norm(cx: &Cx) -> Tensor {
 /// `x / sqrt(mean(x²) + eps) * gamma` over the last axis.
 pub(crate) fn rms_norm(cx: &Cx) -> Tensor {
     let (x, gamma) = (cx.x(0), &cx.x(1).data);
-    let eps = cx.attrs.float("eps");
+    let eps = cx.attrs.of(key::EPS);
     let mut data = Vec::with_capacity(x.numel());
     for row in x.data.chunks(gamma.len()) {
         let ms = row.iter().map(|&v| v * v).sum::<f64>() / row.len() as f64;
@@ -42,8 +43,8 @@ pub(crate) fn rms_norm(cx: &Cx) -> Tensor {
 /// over its channels and all spatial positions, then scaled and shifted per channel.
 pub(crate) fn group_norm(cx: &Cx) -> Tensor {
     let (x, gamma, beta) = (cx.x(0), &cx.x(1).data, &cx.x(2).data);
-    let eps = cx.attrs.float("eps");
-    let groups = cx.attrs.usize("groups");
+    let eps = cx.attrs.of(key::EPS);
+    let groups = cx.attrs.of(key::GROUPS);
     let channels = x.shape()[1];
     let spatial: usize = x.shape()[2..].iter().product();
     let per_group = channels / groups * spatial;

@@ -1,5 +1,6 @@
 //! Optimizer steps, elementwise, as `torch.optim` computes them (torch 2.x, `maximize=False`).
 
+use crate::attr::key;
 use crate::interp::EvalError;
 use crate::interp::node::Cx;
 use crate::interp::tensor::Tensor;
@@ -16,15 +17,20 @@ use crate::op::Op;
 pub(crate) fn sgd(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     let (param, grad) = (&cx.x(0).data, &cx.x(1).data);
     let buf = cx.optional(2).map(|t| &t.data);
-    let lr = cx.attrs.float("lr");
-    let momentum = cx.attrs.float("momentum");
-    let dampening = cx.attrs.float("dampening");
-    let nesterov = cx.attrs.bool("nesterov");
-    let wd = cx.attrs.float("weight_decay");
+    let lr = cx.attrs.of(key::LR);
+    let momentum = cx.attrs.of(key::MOMENTUM);
+    let dampening = cx.attrs.of(key::DAMPENING);
+    let nesterov = cx.attrs.of(key::NESTEROV);
+    let wd = cx.attrs.of(key::WEIGHT_DECAY);
     let mut new_param = Vec::with_capacity(param.len());
     let mut new_buf = Vec::with_capacity(param.len());
     for i in 0..param.len() {
-        let mut g = grad[i] + wd * param[i];
+        // as torch: the decay term only when it is not zero
+        let mut g = if wd != 0.0 {
+            grad[i] + wd * param[i]
+        } else {
+            grad[i]
+        };
         if let Some(buf) = buf {
             let b = momentum * buf[i] + (1.0 - dampening) * g;
             g = if nesterov { g + momentum * b } else { b };
@@ -56,7 +62,7 @@ pub(crate) fn adam(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
         });
     }
     let [lr, beta1, beta2, eps, wd] =
-        ["lr", "beta1", "beta2", "eps", "weight_decay"].map(|a| cx.attrs.float(a));
+        [key::LR, key::BETA1, key::BETA2, key::EPS, key::WEIGHT_DECAY].map(|a| cx.attrs.of(a));
     let decoupled = cx.op == Op::AdamW;
     let (bc1, bc2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
     let n = param.len();
@@ -68,8 +74,10 @@ pub(crate) fn adam(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     for i in 0..n {
         let (p, g) = if decoupled {
             (param[i] * (1.0 - lr * wd), grad[i])
-        } else {
+        } else if wd != 0.0 {
             (param[i], grad[i] + wd * param[i])
+        } else {
+            (param[i], grad[i])
         };
         let mi = beta1 * m[i] + (1.0 - beta1) * g;
         let vi = beta2 * v[i] + (1.0 - beta2) * g * g;

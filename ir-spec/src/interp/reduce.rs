@@ -1,5 +1,6 @@
 //! Reductions over axes, `argmax`, and `softmax`/`log_softmax` along an axis.
 
+use crate::attr::key;
 use crate::interp::node::Cx;
 use crate::interp::tensor::{Tensor, View, split_at_axis};
 use crate::op::Op;
@@ -7,7 +8,7 @@ use crate::op::Op;
 /// `sum`, `mean`, `max`, `min`, `logsumexp` over the (normalized) `axes`.
 pub(crate) fn reduce(cx: &Cx) -> Tensor {
     let x = cx.x(0);
-    let axes = cx.attrs.usizes("axes");
+    let axes = cx.attrs.of(key::AXES);
     // Kept axes first, reduced axes last: each output element reduces one contiguous chunk.
     let perm: Vec<usize> = (0..x.rank())
         .filter(|a| !axes.contains(a))
@@ -53,7 +54,7 @@ pub(crate) fn logsumexp(c: &[f64]) -> f64 {
 /// PyTorch), as i32.
 pub(crate) fn argmax(cx: &Cx) -> Tensor {
     let x = cx.x(0);
-    let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.usize("axis"));
+    let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.of(key::AXIS));
     let mut data = Vec::with_capacity(outer * inner);
     for o in 0..outer {
         for j in 0..inner {
@@ -75,7 +76,7 @@ pub(crate) fn argmax(cx: &Cx) -> Tensor {
 /// NaN, as in PyTorch.
 pub(crate) fn softmax(cx: &Cx) -> Tensor {
     let x = cx.x(0);
-    let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.usize("axis"));
+    let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.of(key::AXIS));
     let mut data = vec![0.0; x.numel()];
     let mut row = vec![0.0; n];
     for o in 0..outer {

@@ -5,6 +5,7 @@
 //! Errors do not cascade: a statement that fails *poisons* the names it defines, and a later use
 //! of a poisoned name fails silently.
 
+use crate::attr::key;
 use std::collections::{HashMap, HashSet};
 
 use super::Span;
@@ -368,7 +369,7 @@ impl Lowerer<'_> {
 
     /// A numeric literal: a scalar f32 `constant`.
     fn literal(&mut self, n: &Number, names: Option<&[Ident]>) -> LResult<Vec<ValueId>> {
-        let attrs = Attrs::new().with("value", Attr::Float(n.value));
+        let attrs = Attrs::new().and(key::VALUE, n.value);
         let site = Site {
             whole: n.span,
             op: n.span,

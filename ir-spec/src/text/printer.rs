@@ -5,6 +5,7 @@
 //! nested in the one statement that uses it, only when reparsing recreates the same arena: see
 //! [`inline_plan`].
 
+use crate::attr::key;
 use std::collections::HashSet;
 
 use super::MAX_INLINE_DEPTH;
@@ -119,7 +120,7 @@ impl Printer<'_> {
 
 /// The value of a `constant` node, when it can be written as a literal operand.
 fn literal_value(node: &Node) -> Option<f64> {
-    match (node.op, node.attrs.get("value")) {
+    match (node.op, node.attrs.get(key::VALUE.name)) {
         (Op::Constant, Some(Attr::Float(v))) if !v.is_nan() => Some(*v),
         _ => None,
     }

@@ -1,6 +1,7 @@
 //! Unit tests of the text format: lexer and parser corners, name resolution, recovery, and a
 //! no-panic fuzz over arbitrary and mutated inputs.
 
+use crate::attr::key;
 use proptest::prelude::*;
 
 use super::lexer::{TokenKind, lex};
@@ -136,7 +137,7 @@ fn literals_become_constants() {
         .nodes
         .iter()
         .filter(|n| n.op == Op::Constant)
-        .map(|n| n.attrs.float("value"))
+        .map(|n| n.attr(key::VALUE))
         .collect();
     assert_eq!(consts, vec![f64::NEG_INFINITY, -2.5e-3, 3.0, 7.0]);
     assert_eq!(g.ty(g.lookup("c").unwrap()), &TensorType::f32(vec![]));
@@ -153,7 +154,7 @@ fn attribute_values() {
     let s = g.node(g.producer(g.lookup("s").unwrap()).unwrap());
     assert_eq!(s.attrs.get("axes"), Some(&Attr::ints(&[0, 2])));
     let t = g.node(g.producer(g.lookup("t").unwrap()).unwrap());
-    assert_eq!(t.attrs.int("start"), 1);
+    assert_eq!(t.attrs.of(key::START), 1);
     assert_eq!(parse(&print(&g)), Ok(g));
 }
 

@@ -1,0 +1,496 @@
+//! WGSL for a fused [`Program`]: the one generic kernel that elementwise chains, reductions and
+//! row kernels (softmax, norms, losses, their backward, optimizer updates) compile to.
+//!
+//! Without reduce axes a program is a map: one thread per domain point. With reduce axes, a
+//! *segment* of `SEG` threads (a power of two) works on one domain point (a "row"); a workgroup of
+//! 256 threads holds `256 / SEG` rows. Each phase is a strided loop of the segment over the row's
+//! reduce points followed by a tree combination in workgroup memory; outputs indexed by the reduce
+//! axes are written by a last loop over the row. Rows are assigned to threads row-major (the
+//! segment's lanes are consecutive threads, for rows contiguous along the reduce axes) or
+//! column-major (consecutive threads take consecutive rows, for reductions along an outer axis),
+//! whichever keeps the larger operands' loads coalesced.
+//!
+//! Barriers stay in uniform control flow: rows past the end have a trip count of zero but reach
+//! every barrier, and the combination loop's trip count is the compile-time `SEG`. Mesa's software
+//! Vulkan ends all loops of an invocation after 65535 iterations in all (`LOOP_BUDGET`): long
+//! rows unroll the loop over the row, and every kernel counts its iterations.
+
+use std::fmt::Write;
+
+use sinter_ir::{DType, Op};
+
+use super::{
+    ENTRY_ARGS, Emitter, NEG_INF, POS_INF, WORKGROUP, f32_literal, grid, load, store, strided_loop,
+    unroll_factor,
+};
+use crate::fused::{Access, Axis, Combine, Inst, Level, Program, Scalar};
+use crate::layout::View;
+
+/// A fused kernel's plan: the program and the views it reads and writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FusedKernel {
+    pub program: Program,
+    pub operands: Vec<View>,
+    pub outputs: Vec<View>,
+}
+
+/// Strides of `view` per space axis of `p`, for a tensor accessed with `access`.
+fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
+    let mut strides = vec![0; p.domain.len() + p.reduce.len()];
+    for (j, a) in access.axes.iter().enumerate() {
+        if let Axis::Space(k) = *a {
+            strides[k as usize] += view.strides[j];
+        }
+    }
+    strides
+}
+
+/// How threads map to rows and lanes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mapping {
+    /// Lanes of a segment are consecutive threads.
+    RowMajor,
+    /// Consecutive threads take consecutive rows.
+    ColumnMajor,
+}
+
+fn mapping(k: &FusedKernel) -> Mapping {
+    let p = &k.program;
+    let (d, r) = (p.domain.len(), p.reduce.len());
+    if d == 0 {
+        return Mapping::RowMajor;
+    }
+    let (last_d, last_r) = (d - 1, d + r - 1);
+    let (mut along_reduce, mut along_domain) = (0usize, 0usize);
+    let tensors = p
+        .operands
+        .iter()
+        .zip(&k.operands)
+        .chain(p.outputs.iter().map(|o| &o.access).zip(&k.outputs));
+    for (access, view) in tensors {
+        let s = space_strides(p, access, view);
+        let bytes = view.numel();
+        if s[last_r] == 1 {
+            along_reduce += bytes;
+        } else if s[last_d] == 1 {
+            along_domain += bytes;
+        }
+    }
+    if along_domain > along_reduce {
+        Mapping::ColumnMajor
+    } else {
+        Mapping::RowMajor
+    }
+}
+
+pub fn emit(e: &mut Emitter, k: &FusedKernel) -> (String, [u32; 3], u32) {
+    let p = &k.program;
+    debug_assert!(p.check().is_ok(), "{:?}", p.check());
+    let mut cx = Cx::new(e, k);
+    if p.reduce.is_empty() {
+        cx.emit_map()
+    } else {
+        cx.emit_rows()
+    }
+}
+
+struct Cx<'e, 'm, 'k> {
+    e: &'e mut Emitter<'m>,
+    k: &'k FusedKernel,
+    p: &'k Program,
+    levels: Vec<Level>,
+    dtypes: Vec<DType>,
+    /// Row-level instructions already bound at function scope.
+    bound: Vec<bool>,
+    body: String,
+}
+
+impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
+    fn new(e: &'e mut Emitter<'m>, k: &'k FusedKernel) -> Self {
+        let p = &k.program;
+        Cx {
+            e,
+            k,
+            p,
+            levels: p.levels(),
+            dtypes: p.dtypes(),
+            bound: vec![false; p.insts.len()],
+            body: String::new(),
+        }
+    }
+
+    /// The address of a tensor at the current point: base + Σ coordinate · stride.
+    fn address(&mut self, access: &Access, view: &View) -> (String, String) {
+        let arena = self.e.arena(view.buffer);
+        let base = self.e.base(view.buffer, view.offset);
+        let strides = space_strides(self.p, access, view);
+        let mut addr = base;
+        for (axis, &st) in strides.iter().enumerate() {
+            if st != 0 {
+                let sp = self.e.param(st);
+                write!(addr, " + c{axis} * {sp}").unwrap();
+            }
+        }
+        (arena, addr)
+    }
+
+    fn operand_load(&mut self, o: usize) -> String {
+        let (arena, addr) = self.address(&self.p.operands[o].clone(), &self.k.operands[o].clone());
+        load(&arena, &addr, self.p.operands[o].dtype)
+    }
+
+    /// The WGSL expression of instruction `i` (its arguments bound as `v{arg}`).
+    fn expr(&mut self, i: usize) -> String {
+        let v = |a: &u32| format!("v{a}");
+        match &self.p.insts[i] {
+            Inst::Load(o) => self.operand_load(*o as usize),
+            Inst::Const(bits) => f32_literal(f32::from_bits(*bits)),
+            Inst::Coord(k) => format!("f32(c{k})"),
+            Inst::Reduced(k) => format!("r{k}"),
+            Inst::Map(Scalar::Cast(to), args) => match (self.dtypes[args[0] as usize], to) {
+                (from, to) if from == *to => v(&args[0]),
+                (_, DType::I32) => format!("f32_to_i32({})", v(&args[0])),
+                (_, DType::F32) => format!("f32({})", v(&args[0])),
+            },
+            Inst::Map(Scalar::GeluTanh, args) => gelu_tanh(&v(&args[0])),
+            Inst::Map(Scalar::Op(op), args) => {
+                let a: Vec<String> = args.iter().map(v).collect();
+                if *op == Op::Where {
+                    // A NaN condition is not 0, so it selects `a`.
+                    let cond = if self.dtypes[args[0] as usize] == DType::I32 {
+                        format!("{} != 0i", a[0])
+                    } else {
+                        format!("({0} != 0.0 || is_nan_f32({0}))", a[0])
+                    };
+                    return format!("select({}, {}, {cond})", a[2], a[1]);
+                }
+                scalar(*op, &a)
+            }
+        }
+    }
+
+    /// Instructions needed to compute `roots`, in order.
+    fn needed(&self, roots: &[u32]) -> Vec<bool> {
+        let mut need = vec![false; self.p.insts.len()];
+        for &r in roots {
+            need[r as usize] = true;
+        }
+        for i in (0..self.p.insts.len()).rev() {
+            if need[i]
+                && let Inst::Map(_, args) = &self.p.insts[i]
+            {
+                for &a in args {
+                    need[a as usize] = true;
+                }
+            }
+        }
+        need
+    }
+
+    /// Binds every needed row-level instruction not bound yet, at function scope.
+    fn bind_rows(&mut self, need: &[bool]) {
+        for (i, &needed) in need.iter().enumerate() {
+            if needed && self.levels[i] == Level::Row && !self.bound[i] {
+                let expr = self.expr(i);
+                writeln!(self.body, "    let v{i} = {expr};").unwrap();
+                self.bound[i] = true;
+            }
+        }
+    }
+
+    /// Binds every needed element-level instruction, inside a loop body.
+    fn bind_elements(&mut self, need: &[bool], indent: &str) -> String {
+        let mut s = String::new();
+        for (i, &needed) in need.iter().enumerate() {
+            if needed && self.levels[i] == Level::Element {
+                let expr = self.expr(i);
+                writeln!(s, "{indent}let v{i} = {expr};").unwrap();
+            }
+        }
+        s
+    }
+
+    fn store_output(&mut self, o: usize) -> String {
+        let out = self.p.outputs[o].clone();
+        let (arena, addr) = self.address(&out.access, &self.k.outputs[o].clone());
+        store(&arena, &addr, &format!("v{}", out.value), out.access.dtype)
+    }
+
+    fn emit_map(&mut self) -> (String, [u32; 3], u32) {
+        let p = self.p;
+        let numel: usize = p.domain.iter().product();
+        let n = self.e.param(numel);
+        writeln!(
+            self.body,
+            "    let gi = (wid.x + wid.y * nwg.x) * {WORKGROUP}u + lid;"
+        )
+        .unwrap();
+        writeln!(self.body, "    if (gi >= {n}) {{ return; }}").unwrap();
+        let dims = self.e.params(&p.domain);
+        decompose_into(&mut self.body, "    ", "gi", 0, &dims);
+        let roots: Vec<u32> = p.outputs.iter().map(|o| o.value).collect();
+        let need = self.needed(&roots);
+        self.bind_rows(&need);
+        for o in 0..p.outputs.len() {
+            let st = self.store_output(o);
+            writeln!(self.body, "    {st}").unwrap();
+        }
+        let mut s = String::new();
+        writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+        writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
+        s.push_str(&self.body);
+        s.push_str("}\n");
+        (s, grid(numel.div_ceil(WORKGROUP as usize)), 0)
+    }
+
+    fn emit_rows(&mut self) -> (String, [u32; 3], u32) {
+        let p = self.p;
+        let d = p.domain.len();
+        let rows: usize = p.domain.iter().product();
+        let len: usize = p.reduce.iter().product();
+        let map = mapping(self.k);
+        let seg = match map {
+            Mapping::RowMajor => (len.next_power_of_two() as u32).clamp(1, WORKGROUP),
+            Mapping::ColumnMajor => (len.next_power_of_two() as u32).clamp(1, 8),
+        };
+        let per_group = WORKGROUP / seg;
+        let argmax = p.phases.iter().any(|ph| ph.combine == Combine::ArgMax);
+        let b = &mut self.body;
+        match map {
+            Mapping::RowMajor => {
+                writeln!(b, "    let lane = lid % SEG;").unwrap();
+                writeln!(b, "    let slot = lid / SEG;").unwrap();
+            }
+            Mapping::ColumnMajor => {
+                writeln!(b, "    let lane = lid / {per_group}u;").unwrap();
+                writeln!(b, "    let slot = lid % {per_group}u;").unwrap();
+            }
+        }
+        writeln!(b, "    let cell = slot * SEG + lane;").unwrap();
+        writeln!(
+            b,
+            "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + slot;"
+        )
+        .unwrap();
+        let rows_p = self.e.param(rows);
+        let len_p = self.e.param(len);
+        let b = &mut self.body;
+        writeln!(b, "    let live = row < {rows_p};").unwrap();
+        writeln!(b, "    let len = select(0u, {len_p}, live);").unwrap();
+        let ddims = self.e.params(&p.domain);
+        decompose_into(&mut self.body, "    ", "select(0u, row, live)", 0, &ddims);
+        let rdims = self.e.params(&p.reduce);
+        // Loop iterations per invocation: one loop over the row per phase (and one for the
+        // per-element outputs), one combination per phase; long rows unroll the row loops.
+        let writes_elements = p.outputs.iter().any(|o| {
+            o.access
+                .axes
+                .iter()
+                .any(|a| matches!(a, Axis::Space(k) if (*k as usize) >= d))
+        });
+        let loops = p.phases.len() as u64 + u64::from(writes_elements);
+        let per_loop = (len as u64).div_ceil(u64::from(seg));
+        let combines = p.phases.len() as u64 * u64::from(seg.trailing_zeros());
+        let unroll = unroll_factor(per_loop, loops, combines);
+        self.e
+            .loop_trips(per_loop.div_ceil(u64::from(unroll)) * loops + combines);
+        for (k, phase) in p.phases.iter().enumerate() {
+            let need = self.needed(&[phase.value]);
+            self.bind_rows(&need);
+            let (init, step) = combine_step(phase.combine, k);
+            let mut inner = self.bind_elements(&need, "        ");
+            writeln!(
+                inner,
+                "        {}",
+                step.replace("VALUE", &format!("v{}", phase.value))
+            )
+            .unwrap();
+            writeln!(self.body, "    {init}").unwrap();
+            each(&mut self.body, unroll, &rdims, d, &inner);
+            combine_segment(&mut self.body, phase.combine, k);
+        }
+        // Per-row outputs: once per row, by lane 0.
+        let rows_only: Vec<usize> = (0..p.outputs.len())
+            .filter(|&o| {
+                !p.outputs[o]
+                    .access
+                    .axes
+                    .iter()
+                    .any(|a| matches!(a, Axis::Space(k) if (*k as usize) >= d))
+            })
+            .collect();
+        let per_element: Vec<usize> = (0..p.outputs.len())
+            .filter(|o| !rows_only.contains(o))
+            .collect();
+        if !rows_only.is_empty() {
+            let roots: Vec<u32> = rows_only.iter().map(|&o| p.outputs[o].value).collect();
+            let need = self.needed(&roots);
+            self.bind_rows(&need);
+            // reduce coordinates are 0 for per-row stores (their strides are 0 anyway)
+            let mut stores = String::new();
+            for &o in &rows_only {
+                writeln!(stores, "        {}", self.store_output(o)).unwrap();
+            }
+            writeln!(self.body, "    if (live && lane == 0u) {{").unwrap();
+            self.body.push_str(&stores);
+            writeln!(self.body, "    }}").unwrap();
+        }
+        if !per_element.is_empty() {
+            let roots: Vec<u32> = per_element.iter().map(|&o| p.outputs[o].value).collect();
+            let need = self.needed(&roots);
+            self.bind_rows(&need);
+            let mut inner = self.bind_elements(&need, "        ");
+            for &o in &per_element {
+                writeln!(inner, "        {}", self.store_output(o)).unwrap();
+            }
+            each(&mut self.body, unroll, &rdims, d, &inner);
+        }
+        let mut s = String::new();
+        writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
+        writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
+        if argmax {
+            writeln!(s, "var<workgroup> redi: array<u32, {WORKGROUP}>;").unwrap();
+        }
+        writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+        writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
+        s.push_str(&self.body);
+        s.push_str("}\n");
+        let shared = WORKGROUP * if argmax { 8 } else { 4 };
+        (s, grid(rows.div_ceil(per_group as usize)), shared)
+    }
+}
+
+/// The initialization of phase `k`'s accumulator and its per-element step (`VALUE` stands for
+/// the element's value; `j` is the flat reduce index).
+fn combine_step(c: Combine, k: usize) -> (String, String) {
+    match c {
+        Combine::Sum => (format!("var a{k} = 0.0;"), format!("a{k} = a{k} + VALUE;")),
+        Combine::Max => (
+            format!("var a{k} = {NEG_INF};"),
+            format!("a{k} = max_nan(a{k}, VALUE);"),
+        ),
+        Combine::Min => (
+            format!("var a{k} = {POS_INF};"),
+            format!("a{k} = min_nan(a{k}, VALUE);"),
+        ),
+        Combine::ArgMax => (
+            format!("var a{k} = {NEG_INF};\n    var ai{k} = 0xffffffffu;"),
+            format!("if (argmax_takes(a{k}, ai{k}, VALUE, j)) {{ a{k} = VALUE; ai{k} = j; }}"),
+        ),
+    }
+}
+
+/// Combines the segment's accumulators of phase `k` in workgroup memory and binds the row's
+/// result to `r{k}` in every thread of the segment.
+fn combine_segment(s: &mut String, c: Combine, k: usize) {
+    writeln!(s, "    red[cell] = a{k};").unwrap();
+    if c == Combine::ArgMax {
+        writeln!(s, "    redi[cell] = ai{k};").unwrap();
+    }
+    writeln!(s, "    workgroupBarrier();").unwrap();
+    writeln!(s, "    for (var w = SEG / 2u; w > 0u; w = w >> 1u) {{").unwrap();
+    writeln!(s, "        if (lane < w) {{").unwrap();
+    writeln!(s, "            let x = red[cell];").unwrap();
+    writeln!(s, "            let y = red[cell + w];").unwrap();
+    match c {
+        Combine::Sum => writeln!(s, "            red[cell] = x + y;").unwrap(),
+        Combine::Max => writeln!(s, "            red[cell] = max_nan(x, y);").unwrap(),
+        Combine::Min => writeln!(s, "            red[cell] = min_nan(x, y);").unwrap(),
+        Combine::ArgMax => {
+            writeln!(s, "            let yi = redi[cell + w];").unwrap();
+            writeln!(
+                s,
+                "            if (argmax_takes(x, redi[cell], y, yi)) {{ red[cell] = y; redi[cell] = yi; }}"
+            )
+            .unwrap();
+        }
+    }
+    writeln!(s, "        }}").unwrap();
+    writeln!(s, "        workgroupBarrier();").unwrap();
+    writeln!(s, "    }}").unwrap();
+    match c {
+        Combine::ArgMax => writeln!(s, "    let r{k} = i32(redi[cell - lane]);").unwrap(),
+        _ => writeln!(s, "    let r{k} = red[cell - lane];").unwrap(),
+    }
+    // every thread has read the result before the next phase reuses `red`
+    writeln!(s, "    workgroupBarrier();").unwrap();
+}
+
+/// A loop of the segment's lane over the row's reduce points, with reduce coordinates
+/// `c{first}..` and the flat reduce index `j`; its body written `unroll` times per iteration.
+fn each(s: &mut String, unroll: u32, rdims: &[String], first: usize, body: &str) {
+    strided_loop(
+        s,
+        "    ",
+        "j",
+        "lane",
+        "len",
+        "SEG",
+        unroll,
+        &|s, indent| {
+            decompose_into(s, indent, "j", first, rdims);
+            for line in body.lines() {
+                // `body` is indented for the plain loop (8 spaces).
+                writeln!(s, "{indent}{}", line.trim_start_matches("        ")).unwrap();
+            }
+        },
+    );
+}
+
+/// `let c{first + axis} = ...;` for the coordinates of the linear index `index` over `dims`.
+fn decompose_into(out: &mut String, indent: &str, index: &str, first: usize, dims: &[String]) {
+    match dims.len() {
+        0 => {}
+        1 => writeln!(out, "{indent}let c{first} = {index};").unwrap(),
+        n => {
+            let rem = format!("rem{first}");
+            writeln!(out, "{indent}var {rem} = {index};").unwrap();
+            for axis in (1..n).rev() {
+                let d = &dims[axis];
+                writeln!(out, "{indent}let c{} = {rem} % {d};", first + axis).unwrap();
+                writeln!(out, "{indent}{rem} = {rem} / {d};").unwrap();
+            }
+            writeln!(out, "{indent}let c{first} = {rem};").unwrap();
+        }
+    }
+}
+
+fn gelu_tanh(x: &str) -> String {
+    format!("0.5 * {x} * (1.0 + tanh_f32(0.7978846 * ({x} + 0.044715 * {x} * {x} * {x})))")
+}
+
+/// WGSL for an elementwise op of the IR at arguments `a`.
+fn scalar(op: Op, a: &[String]) -> String {
+    let x = &a[0];
+    let cmp = |o: &str| format!("select(0.0, 1.0, {x} {o} {})", a[1]);
+    match op {
+        Op::Neg => format!("-{x}"),
+        Op::Abs => format!("abs({x})"),
+        Op::Exp => format!("exp({x})"),
+        Op::Log => format!("log_f32({x})"),
+        Op::Sqrt => format!("sqrt_f32({x})"),
+        Op::Rsqrt => format!("rsqrt_f32({x})"),
+        Op::Reciprocal => format!("1.0 / {x}"),
+        Op::Square => format!("{x} * {x}"),
+        Op::Relu => format!("relu_nan({x})"),
+        Op::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
+        Op::Tanh => format!("tanh_f32({x})"),
+        Op::Silu => format!("{x} / (1.0 + exp(-{x}))"),
+        Op::Sin => format!("sin_f32({x})"),
+        Op::Cos => format!("cos_f32({x})"),
+        Op::Gelu => format!("0.5 * {x} * (1.0 + erf_f32({x} * 0.70710677))"),
+        Op::Add => format!("{x} + {}", a[1]),
+        Op::Sub => format!("{x} - {}", a[1]),
+        Op::Mul => format!("{x} * {}", a[1]),
+        Op::Div => format!("{x} / {}", a[1]),
+        Op::Pow => format!("pow_f32({x}, {})", a[1]),
+        Op::Maximum => format!("max_nan({x}, {})", a[1]),
+        Op::Minimum => format!("min_nan({x}, {})", a[1]),
+        Op::Eq => cmp("=="),
+        Op::Lt => cmp("<"),
+        Op::Le => cmp("<="),
+        Op::Gt => cmp(">"),
+        Op::Ge => cmp(">="),
+        other => unreachable!("`{}` is not a scalar function", other.name()),
+    }
+}

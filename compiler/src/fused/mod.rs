@@ -1,0 +1,846 @@
+//! The fused-kernel IR: one generic kernel program that every elementwise chain, reduction,
+//! row kernel (softmax, norms, losses and their backward) and optimizer update is an instance
+//! of. The optimizer builds programs by rewriting (each primitive is a one-op program, and
+//! [`Program::inline`] fuses a producer into a consumer); codegen compiles them from data.
+//!
+//! A program runs over an iteration **space** of `domain` axes (parallel) followed by `reduce`
+//! axes. For every point `d` of the domain, its **phases** run in order; phase `k` combines
+//! (sum, max, min, argmax) one value over every point `r` of the reduce axes, and later
+//! instructions read the result through [`Inst::Reduced`]. **Outputs** are written per point of
+//! the space they are indexed by: once per `d` (a reduction's result) or for every `(d, r)` (a
+//! row map such as softmax's normalized row).
+//!
+//! Every tensor a program touches (operand or output) has an [`Access`]: for each axis of the
+//! tensor, the space axis that indexes it (or none, for an extent-1 axis). Views (permute,
+//! broadcast, slice, reshape) are not part of a program: lowering turns an access and a view into
+//! one stride per space axis, so the program's text depends only on its structure.
+//!
+//! **Invariant:** `insts` is in SSA order (arguments before uses); phase `k`'s value depends on
+//! `Reduced(j)` only for `j < k`; an output indexed by the domain alone has a value that does
+//! not vary over the reduce axes. [`Program::check`] verifies all three.
+
+use std::collections::HashMap;
+
+pub mod eval;
+
+use sinter_ir::{DType, Op, OpClass};
+
+/// How a tensor axis is indexed by the program's space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Axis {
+    /// By space axis `k` (`domain` axes first, then `reduce` axes).
+    Space(u8),
+    /// An extent-1 axis (coordinate 0).
+    One,
+    /// An extent-1 axis that stands for reduce axis `k` collapsed by a reduction with
+    /// `keepdim`; read as coordinate 0, and remembered so that fusion can line the reduction up
+    /// with its consumer.
+    Collapsed(u8),
+}
+
+/// How a program reads an operand or writes an output.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Access {
+    pub dtype: DType,
+    /// One entry per axis of the tensor, outermost first.
+    pub axes: Vec<Axis>,
+}
+
+impl Access {
+    fn space_axes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.axes.iter().filter_map(|a| match *a {
+            Axis::Space(k) => Some(k as usize),
+            _ => None,
+        })
+    }
+}
+
+/// A scalar function of an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scalar {
+    /// An elementwise op of the IR (unary, binary, comparison or `where`), with the IR's
+    /// semantics for NaN and infinities; `gelu` is the erf form.
+    Op(Op),
+    /// `gelu(approximate="tanh")`.
+    GeluTanh,
+    Cast(DType),
+}
+
+impl Scalar {
+    /// The IR's elementwise ops (the op table's unary, binary, comparison and select families).
+    pub fn of(op: Op) -> Option<Scalar> {
+        matches!(
+            op.class(),
+            OpClass::Unary | OpClass::Binary | OpClass::Compare | OpClass::Select
+        )
+        .then_some(Scalar::Op(op))
+    }
+
+    pub fn arity(self) -> usize {
+        match self {
+            Scalar::Op(op) => match op.class() {
+                OpClass::Unary => 1,
+                OpClass::Select => 3,
+                _ => 2,
+            },
+            Scalar::GeluTanh | Scalar::Cast(_) => 1,
+        }
+    }
+
+    /// Rough cost in f32 operations, for the cost model.
+    pub fn flops(self) -> u32 {
+        match self {
+            Scalar::Op(Op::Exp | Op::Log | Op::Sin | Op::Cos | Op::Sqrt | Op::Rsqrt) => 4,
+            Scalar::Op(Op::Sigmoid | Op::Tanh | Op::Silu | Op::Pow | Op::Div) => 6,
+            Scalar::Op(Op::Gelu) | Scalar::GeluTanh => 12,
+            _ => 1,
+        }
+    }
+}
+
+/// How a phase combines its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Combine {
+    Sum,
+    /// NaN if any value is NaN.
+    Max,
+    Min,
+    /// The (i32) flat reduce index of the first maximum; a NaN counts as the maximum.
+    ArgMax,
+}
+
+impl Combine {
+    pub fn dtype(self) -> DType {
+        match self {
+            Combine::ArgMax => DType::I32,
+            _ => DType::F32,
+        }
+    }
+}
+
+/// One scalar instruction; arguments are indices of earlier instructions.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Inst {
+    /// The element of operand `i` at the current point.
+    Load(u32),
+    /// An f32 literal, by bit pattern.
+    Const(u32),
+    /// The coordinate along space axis `k`, as f32 (an `iota`).
+    Coord(u8),
+    Map(Scalar, Vec<u32>),
+    /// The result of phase `k` (per domain point).
+    Reduced(u8),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Phase {
+    pub combine: Combine,
+    pub value: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Output {
+    pub value: u32,
+    pub access: Access,
+}
+
+/// A fused kernel (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Program {
+    pub domain: Vec<usize>,
+    pub reduce: Vec<usize>,
+    pub operands: Vec<Access>,
+    pub insts: Vec<Inst>,
+    pub phases: Vec<Phase>,
+    pub outputs: Vec<Output>,
+}
+
+/// Whether an instruction's value varies over the reduce axes (`Element`) or is one value per
+/// domain point (`Row`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Row,
+    Element,
+}
+
+/// Largest programs fusion builds: instructions, operands, phases.
+pub const MAX_INSTS: usize = 192;
+pub const MAX_OPERANDS: usize = 24;
+pub const MAX_PHASES: usize = 6;
+
+/// Right-aligned numpy broadcasting of a tensor of `shape` into a space whose axes
+/// `0..target.len()` have extents `target` (extent-1 tensor axes are [`Axis::One`]).
+pub fn broadcast_access(dtype: DType, shape: &[usize], target: &[usize]) -> Access {
+    let lead = target.len() - shape.len();
+    Access {
+        dtype,
+        axes: shape
+            .iter()
+            .enumerate()
+            .map(|(j, &d)| {
+                if d == 1 {
+                    Axis::One
+                } else {
+                    Axis::Space((lead + j) as u8)
+                }
+            })
+            .collect(),
+    }
+}
+
+impl Program {
+    fn space_len(&self) -> usize {
+        self.domain.len() + self.reduce.len()
+    }
+
+    /// Extent of space axis `k`.
+    pub fn extent(&self, k: usize) -> usize {
+        if k < self.domain.len() {
+            self.domain[k]
+        } else {
+            self.reduce[k - self.domain.len()]
+        }
+    }
+
+    pub fn is_reduce_axis(&self, k: usize) -> bool {
+        k >= self.domain.len()
+    }
+
+    /// The dtype of every instruction's value.
+    pub fn dtypes(&self) -> Vec<DType> {
+        let mut types: Vec<DType> = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let t = match inst {
+                Inst::Load(i) => self.operands[*i as usize].dtype,
+                Inst::Const(_) | Inst::Coord(_) => DType::F32,
+                Inst::Map(Scalar::Cast(to), _) => *to,
+                Inst::Map(Scalar::Op(Op::Where), args) => types[args[1] as usize],
+                Inst::Map(_, _) => DType::F32,
+                Inst::Reduced(k) => self.phases[*k as usize].combine.dtype(),
+            };
+            types.push(t);
+        }
+        types
+    }
+
+    /// The level of every instruction (see [`Level`]).
+    pub fn levels(&self) -> Vec<Level> {
+        let d = self.domain.len();
+        let mut levels: Vec<Level> = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let l = match inst {
+                Inst::Load(i) => {
+                    if self.operands[*i as usize].space_axes().any(|k| k >= d) {
+                        Level::Element
+                    } else {
+                        Level::Row
+                    }
+                }
+                Inst::Const(_) | Inst::Reduced(_) => Level::Row,
+                Inst::Coord(k) => {
+                    if (*k as usize) >= d {
+                        Level::Element
+                    } else {
+                        Level::Row
+                    }
+                }
+                Inst::Map(_, args) => {
+                    if args.iter().any(|&a| levels[a as usize] == Level::Element) {
+                        Level::Element
+                    } else {
+                        Level::Row
+                    }
+                }
+            };
+            levels.push(l);
+        }
+        levels
+    }
+
+    /// For every instruction, the highest phase index it reads (through `Reduced`), plus one;
+    /// 0 when it reads none.
+    pub fn phase_needs(&self) -> Vec<usize> {
+        let mut needs: Vec<usize> = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let n = match inst {
+                Inst::Reduced(k) => *k as usize + 1,
+                Inst::Map(_, args) => args.iter().map(|&a| needs[a as usize]).max().unwrap_or(0),
+                _ => 0,
+            };
+            needs.push(n);
+        }
+        needs
+    }
+
+    /// Checks the invariants of the module docs; `Err` names the broken one.
+    pub fn check(&self) -> Result<(), String> {
+        let space = self.space_len();
+        if self.reduce.is_empty() != self.phases.is_empty() {
+            return Err("phases exist exactly when there are reduce axes".into());
+        }
+        let axis_ok = |a: &Axis| match *a {
+            Axis::Space(k) => (k as usize) < space,
+            Axis::One => true,
+            Axis::Collapsed(k) => (k as usize) < self.reduce.len(),
+        };
+        for acc in self
+            .operands
+            .iter()
+            .chain(self.outputs.iter().map(|o| &o.access))
+        {
+            if !acc.axes.iter().all(axis_ok) {
+                return Err(format!("an access names a missing axis: {acc:?}"));
+            }
+        }
+        for (i, inst) in self.insts.iter().enumerate() {
+            let ok = match inst {
+                Inst::Load(o) => (*o as usize) < self.operands.len(),
+                Inst::Coord(k) => (*k as usize) < space,
+                Inst::Map(s, args) => {
+                    args.len() == s.arity() && args.iter().all(|&a| (a as usize) < i)
+                }
+                Inst::Reduced(k) => (*k as usize) < self.phases.len(),
+                Inst::Const(_) => true,
+            };
+            if !ok {
+                return Err(format!("instruction {i} ({inst:?}) is malformed"));
+            }
+        }
+        let needs = self.phase_needs();
+        for (k, p) in self.phases.iter().enumerate() {
+            if p.value as usize >= self.insts.len() || needs[p.value as usize] > k {
+                return Err(format!("phase {k} reads its own or a later result"));
+            }
+        }
+        let levels = self.levels();
+        for o in &self.outputs {
+            if o.value as usize >= self.insts.len() {
+                return Err("an output names a missing instruction".into());
+            }
+            let over_reduce = o.access.space_axes().any(|k| self.is_reduce_axis(k));
+            if !over_reduce && levels[o.value as usize] == Level::Element {
+                return Err("a per-row output varies over the reduce axes".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// One elementwise scalar function over `shape`, reading `operands` (each broadcast to
+    /// `shape`); `coords` lists extra arguments that are space coordinates (iota) or
+    /// literals, in argument order, mixed with the operands as `args` says.
+    pub fn map(shape: &[usize], scalar: Scalar, args: &[Arg], out: DType) -> Program {
+        let mut p = Program {
+            domain: shape.to_vec(),
+            reduce: Vec::new(),
+            operands: Vec::new(),
+            insts: Vec::new(),
+            phases: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let ids: Vec<u32> = args.iter().map(|a| p.arg(a, shape)).collect();
+        let value = p.push(Inst::Map(scalar, ids));
+        p.outputs.push(Output {
+            value,
+            access: broadcast_access(out, shape, shape),
+        });
+        p
+    }
+
+    /// `x` of `shape` reduced over `axes` with `combine` (`keepdim` keeps extent-1 axes).
+    pub fn reduction(
+        shape: &[usize],
+        axes: &[usize],
+        keepdim: bool,
+        combine: Combine,
+        dtype: DType,
+    ) -> Program {
+        if axes.is_empty() {
+            // over no axis: each element is its own result
+            let ty = sinter_ir::TensorType::new(dtype, shape.to_vec());
+            return Program::map(shape, Scalar::Cast(dtype), &[Arg::Operand(ty)], dtype);
+        }
+        let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+        let space_of = |a: usize| -> Axis {
+            if let Some(i) = kept.iter().position(|&k| k == a) {
+                Axis::Space(i as u8)
+            } else {
+                let r = axes.iter().position(|&k| k == a).expect("reduced");
+                Axis::Space((kept.len() + r) as u8)
+            }
+        };
+        let x_axes = (0..shape.len())
+            .map(|a| {
+                if shape[a] == 1 {
+                    Axis::One
+                } else {
+                    space_of(a)
+                }
+            })
+            .collect();
+        let mut out_axes = Vec::new();
+        for (a, &extent) in shape.iter().enumerate() {
+            if let Some(r) = axes.iter().position(|&k| k == a) {
+                if keepdim {
+                    out_axes.push(Axis::Collapsed(r as u8));
+                }
+            } else if extent == 1 {
+                out_axes.push(Axis::One);
+            } else {
+                out_axes.push(space_of(a));
+            }
+        }
+        let mut p = Program {
+            domain: kept.iter().map(|&a| shape[a]).collect(),
+            reduce: axes.iter().map(|&a| shape[a]).collect(),
+            operands: vec![Access {
+                dtype,
+                axes: x_axes,
+            }],
+            insts: vec![Inst::Load(0)],
+            phases: vec![Phase { combine, value: 0 }],
+            outputs: Vec::new(),
+        };
+        let value = p.push(Inst::Reduced(0));
+        p.outputs.push(Output {
+            value,
+            access: Access {
+                dtype: combine.dtype(),
+                axes: out_axes,
+            },
+        });
+        p
+    }
+
+    fn push(&mut self, inst: Inst) -> u32 {
+        self.insts.push(inst);
+        (self.insts.len() - 1) as u32
+    }
+
+    fn arg(&mut self, arg: &Arg, shape: &[usize]) -> u32 {
+        match arg {
+            Arg::Operand(ty) => {
+                self.operands
+                    .push(broadcast_access(ty.dtype, &ty.shape, shape));
+                let i = (self.operands.len() - 1) as u32;
+                self.push(Inst::Load(i))
+            }
+            Arg::Const(v) => self.push(Inst::Const(v.to_bits())),
+            Arg::Coord { axis, rank } => {
+                // an iota of rank `rank`, broadcast (right-aligned) into `shape`
+                let k = shape.len() - rank + axis;
+                if shape[k] == 1 {
+                    self.push(Inst::Const(0f32.to_bits()))
+                } else {
+                    self.push(Inst::Coord(k as u8))
+                }
+            }
+        }
+    }
+
+    /// The kernel's shape, for `sinter inspect`: `elementwise` (no reduction), `reduce` (every
+    /// output one value per row) or `row_map` (outputs over the reduced axes too, as softmax).
+    pub fn pattern(&self) -> &'static str {
+        if self.reduce.is_empty() {
+            return "elementwise";
+        }
+        let d = self.domain.len();
+        let over_reduce = self.outputs.iter().any(|o| {
+            o.access
+                .axes
+                .iter()
+                .any(|a| matches!(a, Axis::Space(k) if *k as usize >= d))
+        });
+        if over_reduce { "row_map" } else { "reduce" }
+    }
+
+    /// Instruction count weighted by each function's cost, times the points it runs at.
+    pub fn flops(&self) -> u64 {
+        let per_point: u64 = self
+            .insts
+            .iter()
+            .map(|i| match i {
+                Inst::Map(s, _) => s.flops() as u64,
+                _ => 0,
+            })
+            .sum();
+        let points: u64 = self
+            .domain
+            .iter()
+            .chain(&self.reduce)
+            .map(|&d| d as u64)
+            .product();
+        per_point * points * (1 + self.phases.len() as u64)
+    }
+}
+
+/// An argument of [`Program::map`].
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// The next operand, of this type.
+    Operand(sinter_ir::TensorType),
+    Const(f32),
+    /// An `iota` of rank `rank` along `axis`.
+    Coord {
+        axis: usize,
+        rank: usize,
+    },
+}
+
+/// A program with the operands it reads (e-classes in the optimizer, buffers after it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Bound<K> {
+    pub program: Program,
+    pub operands: Vec<K>,
+}
+
+impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug> Bound<K> {
+    /// Fuses `producer` (a one-output program computing this program's operand `i`) into this
+    /// program: the operand's loads become the producer's computation. `None` when the two
+    /// iteration spaces do not line up (see [`line_up`]) or the result would pass the size
+    /// limits.
+    pub fn inline(&self, i: usize, producer: &Bound<K>) -> Option<Bound<K>> {
+        let (c, p) = (&self.program, &producer.program);
+        if p.outputs.len() != 1 || p.phases.len() + c.phases.len() > MAX_PHASES {
+            return None;
+        }
+        let plan = line_up(c, &c.operands[i], p)?;
+        let mut out = Program {
+            domain: plan.domain.clone(),
+            reduce: plan.reduce.clone(),
+            operands: Vec::new(),
+            insts: Vec::new(),
+            phases: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let mut kids: Vec<K> = Vec::new();
+        let mut merge = Merge {
+            out: &mut out,
+            kids: &mut kids,
+            memo: HashMap::new(),
+            operand_memo: HashMap::new(),
+        };
+        let p_axis = |a: Axis| match a {
+            Axis::Space(k) => plan.producer[k as usize],
+            _ => Axis::One,
+        };
+        let c_axis = |a: Axis| match a {
+            Axis::Space(k) => Axis::Space(plan.consumer[k as usize] as u8),
+            other => other,
+        };
+        // The producer first, so that its phases come first.
+        let p_ids = merge.copy(p, &producer.operands, &p_axis, None, 0);
+        let p_value = p_ids[p.outputs[0].value as usize];
+        merge.copy(
+            c,
+            &self.operands,
+            &c_axis,
+            Some((i as u32, p_value)),
+            p.phases.len() as u8,
+        );
+        if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
+            return None;
+        }
+        let result = Bound {
+            program: out,
+            operands: kids,
+        };
+        debug_assert!(
+            result.program.check().is_ok(),
+            "{:?}\n{result:?}",
+            result.program.check()
+        );
+        result.program.check().ok()?;
+        Some(result)
+    }
+}
+
+/// Builds a merged program instruction by instruction, sharing identical operands and
+/// instructions.
+struct Merge<'a, K> {
+    out: &'a mut Program,
+    kids: &'a mut Vec<K>,
+    memo: HashMap<Inst, u32>,
+    operand_memo: HashMap<(K, Access), u32>,
+}
+
+impl<K: Copy + Eq + std::hash::Hash> Merge<'_, K> {
+    fn push(&mut self, inst: Inst) -> u32 {
+        if let Some(&i) = self.memo.get(&inst) {
+            return i;
+        }
+        let i = self.out.insts.len() as u32;
+        self.out.insts.push(inst.clone());
+        self.memo.insert(inst, i);
+        i
+    }
+
+    /// Copies `p`'s instructions and phases with its axes renamed by `axis`, its phases shifted
+    /// by `phase_shift`; with `replace = Some((operand, value))` (the consumer) the loads of
+    /// `operand` become `value` and the outputs are copied too. Returns the new index of every
+    /// instruction of `p`.
+    fn copy(
+        &mut self,
+        p: &Program,
+        kids: &[K],
+        axis: &dyn Fn(Axis) -> Axis,
+        replace: Option<(u32, u32)>,
+        phase_shift: u8,
+    ) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(p.insts.len());
+        for inst in &p.insts {
+            let new = match inst {
+                Inst::Load(o) if replace.is_some_and(|(t, _)| t == *o) => {
+                    replace.expect("checked").1
+                }
+                Inst::Load(o) => {
+                    let acc = &p.operands[*o as usize];
+                    let acc = Access {
+                        dtype: acc.dtype,
+                        axes: acc.axes.iter().map(|&a| axis(a)).collect(),
+                    };
+                    let key = (kids[*o as usize], acc);
+                    let slot = match self.operand_memo.get(&key) {
+                        Some(&s) => s,
+                        None => {
+                            self.out.operands.push(key.1.clone());
+                            self.kids.push(key.0);
+                            let s = (self.out.operands.len() - 1) as u32;
+                            self.operand_memo.insert(key, s);
+                            s
+                        }
+                    };
+                    self.push(Inst::Load(slot))
+                }
+                Inst::Const(c) => self.push(Inst::Const(*c)),
+                Inst::Coord(k) => match axis(Axis::Space(*k)) {
+                    Axis::Space(n) => self.push(Inst::Coord(n)),
+                    _ => self.push(Inst::Const(0f32.to_bits())),
+                },
+                Inst::Map(s, args) => {
+                    let args = args.iter().map(|&a| ids[a as usize]).collect();
+                    self.push(Inst::Map(*s, args))
+                }
+                Inst::Reduced(k) => self.push(Inst::Reduced(k + phase_shift)),
+            };
+            ids.push(new);
+        }
+        for ph in &p.phases {
+            self.out.phases.push(Phase {
+                combine: ph.combine,
+                value: ids[ph.value as usize],
+            });
+        }
+        if replace.is_some() {
+            for o in &p.outputs {
+                let access = Access {
+                    dtype: o.access.dtype,
+                    axes: o.access.axes.iter().map(|&a| axis(a)).collect(),
+                };
+                self.out.outputs.push(Output {
+                    value: ids[o.value as usize],
+                    access,
+                });
+            }
+        }
+        ids
+    }
+}
+
+/// How two programs' spaces combine when a producer is fused into a consumer.
+#[derive(Debug)]
+struct LineUp {
+    domain: Vec<usize>,
+    reduce: Vec<usize>,
+    /// New space axis of each consumer space axis.
+    consumer: Vec<usize>,
+    /// New axis of each producer space axis (`Axis::One` for extent-1 axes).
+    producer: Vec<Axis>,
+}
+
+/// The space of the program that fuses `producer` into `consumer` through the operand the
+/// consumer reads with `access`, or `None` when fusing would be wrong or would recompute a
+/// reduction per consumer point.
+///
+/// The producer's output axes name, through `access`, the consumer axis each producer axis
+/// becomes. Producer reduce axes are bound variables: those its output does not name (a
+/// reduction read back broadcast, `x − max(x)`) take a consumer axis the operand is broadcast
+/// along, of equal extent, which moves to the reduce side (one reduction per row), or else
+/// fresh reduce axes when every consumer axis is already a producer domain axis (a per-row
+/// epilogue). When both programs reduce, the producer's reduce axes become the consumer's.
+fn line_up(consumer: &Program, access: &Access, producer: &Program) -> Option<LineUp> {
+    let (p_d, p_r) = (producer.domain.len(), producer.reduce.len());
+    let (c_d, c_r) = (consumer.domain.len(), consumer.reduce.len());
+    let mut sigma: Vec<Option<Axis>> = vec![None; p_d + p_r];
+    let out = &producer.outputs[0].access;
+    if out.axes.len() != access.axes.len() {
+        return None;
+    }
+    // 1. What the output access names.
+    let mut hints: Vec<(usize, usize)> = Vec::new(); // (producer reduce axis, tensor position)
+    for (j, (&pa, &ca)) in out.axes.iter().zip(&access.axes).enumerate() {
+        match (pa, ca) {
+            (Axis::Space(k), Axis::Space(a)) => {
+                if producer.extent(k as usize) != consumer.extent(a as usize) {
+                    return None;
+                }
+                match sigma[k as usize] {
+                    None => sigma[k as usize] = Some(Axis::Space(a)),
+                    Some(prev) if prev == Axis::Space(a) => {}
+                    Some(_) => return None,
+                }
+            }
+            (Axis::Space(k), _) => {
+                if producer.extent(k as usize) != 1 {
+                    return None;
+                }
+                sigma[k as usize] = Some(Axis::One);
+            }
+            (Axis::Collapsed(r), _) => hints.push((r as usize, j)),
+            (Axis::One, _) => {}
+        }
+    }
+    for (k, s) in sigma.iter_mut().enumerate().take(p_d) {
+        if s.is_none() {
+            if producer.domain[k] != 1 {
+                return None;
+            }
+            *s = Some(Axis::One);
+        }
+    }
+    let named = |s: &[Option<Axis>], range: std::ops::Range<usize>| -> Vec<usize> {
+        range
+            .filter_map(|k| match s[k] {
+                Some(Axis::Space(a)) => Some(a as usize),
+                _ => None,
+            })
+            .collect()
+    };
+    let p_dom = named(&sigma, 0..p_d);
+    // 2. The producer's remaining reduce axes.
+    let free_reduce: Vec<usize> = (0..p_r).filter(|&r| sigma[p_d + r].is_none()).collect();
+    let mut fresh: Vec<usize> = Vec::new(); // producer reduce axes that get new axes
+    if !free_reduce.is_empty() {
+        // candidate consumer axes: not named by the producer's output, not read by this operand
+        let read: Vec<usize> = access.space_axes().collect();
+        let pool: Vec<usize> = if c_r == 0 {
+            (0..c_d)
+                .filter(|a| !p_dom.contains(a) && !read.contains(a))
+                .collect()
+        } else {
+            (c_d..c_d + c_r).filter(|a| !read.contains(a)).collect()
+        };
+        let mut taken: Vec<usize> = named(&sigma, p_d..p_d + p_r);
+        for &r in &free_reduce {
+            let extent = producer.reduce[r];
+            let fits = |a: &usize| consumer.extent(*a) == extent && !taken.contains(a);
+            // the consumer axis at the collapsed axis' tensor position, as other tensors of the
+            // consumer index that position
+            let hinted = hints.iter().find(|h| h.0 == r).and_then(|&(_, pos)| {
+                pool.iter().copied().filter(fits).find(|&a| {
+                    let at_pos = |acc: &Access| acc.axes.get(pos) == Some(&Axis::Space(a as u8));
+                    consumer.operands.iter().any(at_pos)
+                        || consumer.outputs.iter().any(|o| at_pos(&o.access))
+                })
+            });
+            let candidates: Vec<usize> = pool.iter().copied().filter(fits).collect();
+            let chosen = hinted.or(if candidates.len() == 1 {
+                Some(candidates[0])
+            } else {
+                None
+            });
+            match chosen {
+                Some(a) => {
+                    taken.push(a);
+                    sigma[p_d + r] = Some(Axis::Space(a as u8));
+                }
+                None if c_r == 0 => fresh.push(r),
+                None => return None,
+            }
+        }
+    }
+    let p_red = named(&sigma, p_d..p_d + p_r);
+    // 3. Consistency.
+    let mut all = p_dom.clone();
+    all.extend(&p_red);
+    let mut distinct = all.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != all.len() {
+        return None;
+    }
+    let consumer_map: Vec<usize>;
+    let (domain, reduce);
+    if c_r > 0 {
+        if p_r > 0 {
+            // the same rows, the same reduce axes
+            let mut red = p_red.clone();
+            red.sort_unstable();
+            if red != (c_d..c_d + c_r).collect::<Vec<_>>()
+                || p_dom.iter().any(|&a| a >= c_d)
+                || (0..c_d).any(|a| !p_dom.contains(&a))
+            {
+                return None;
+            }
+        }
+        consumer_map = (0..c_d + c_r).collect();
+        domain = consumer.domain.clone();
+        reduce = consumer.reduce.clone();
+    } else if p_r > 0 {
+        // consumer axes named by the producer's reduce axes move to the reduce side; every
+        // other consumer axis must be a producer domain axis (no reduction recomputed)
+        if (0..c_d).any(|a| !p_dom.contains(&a) && !p_red.contains(&a)) {
+            return None;
+        }
+        let kept: Vec<usize> = (0..c_d).filter(|a| !p_red.contains(a)).collect();
+        let mut map = vec![0; c_d];
+        for (new, &old) in kept.iter().enumerate() {
+            map[old] = new;
+        }
+        domain = kept.iter().map(|&a| consumer.domain[a]).collect::<Vec<_>>();
+        let mut red_axes: Vec<usize> = Vec::new();
+        for r in 0..p_r {
+            if let Some(Axis::Space(a)) = sigma[p_d + r] {
+                map[a as usize] = kept.len() + red_axes.len();
+                red_axes.push(consumer.domain[a as usize]);
+            } else {
+                debug_assert!(fresh.contains(&r));
+                sigma[p_d + r] = Some(Axis::Space((c_d + red_axes.len()) as u8));
+                red_axes.push(producer.reduce[r]);
+            }
+        }
+        // fresh axes were numbered from c_d; renumber them into the new space
+        for r in &fresh {
+            if let Some(Axis::Space(a)) = sigma[p_d + r] {
+                let new = kept.len() + (a as usize - c_d);
+                sigma[p_d + r] = Some(Axis::Space(new as u8));
+            }
+        }
+        // producer axes named through the consumer are renamed with the consumer's
+        for (k, s) in sigma.iter_mut().enumerate() {
+            if fresh.iter().any(|&r| p_d + r == k) {
+                continue;
+            }
+            if let Some(Axis::Space(a)) = *s {
+                *s = Some(Axis::Space(map[a as usize] as u8));
+            }
+        }
+        consumer_map = map;
+        reduce = red_axes;
+        return Some(LineUp {
+            domain,
+            reduce,
+            consumer: consumer_map,
+            producer: sigma.into_iter().map(|s| s.expect("placed")).collect(),
+        });
+    } else {
+        consumer_map = (0..c_d).collect();
+        domain = consumer.domain.clone();
+        reduce = Vec::new();
+    }
+    Some(LineUp {
+        domain,
+        reduce,
+        consumer: consumer_map,
+        producer: sigma.into_iter().map(|s| s.expect("placed")).collect(),
+    })
+}
