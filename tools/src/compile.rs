@@ -62,7 +62,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     }
     let compiled = compiled?;
     for warning in &compiled.warnings {
-        eprintln!("warning: {warning}");
+        crate::console::eprintln(&format!("warning: {warning}"));
     }
     let artifact = compiled.artifact;
     std::fs::write(&args.output, artifact.to_bytes()).map_err(|source| CliError::WriteFile {

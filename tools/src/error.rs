@@ -86,8 +86,10 @@ impl CliError {
     /// Prints the error to stderr: diagnostics as rendered, anything else after `error: `.
     pub fn report(&self) {
         match self {
-            CliError::Program { rendered } => eprint!("{rendered}"),
-            other => eprintln!("error: {other}"),
+            CliError::Program { rendered } => {
+                crate::console::eprintln(rendered.trim_end_matches('\n'))
+            }
+            other => crate::console::eprintln(&format!("error: {other}")),
         }
     }
 }

@@ -35,7 +35,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let graph = sinter_ir::expand::expand_composites(&graph);
     let differentiated = sinter_compiler::autodiff::differentiate(&graph)?;
     for warning in &differentiated.warnings {
-        eprintln!("warning: {warning}");
+        crate::console::eprintln(&format!("warning: {warning}"));
     }
     let graph = differentiated.graph;
 

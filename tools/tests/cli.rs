@@ -447,6 +447,15 @@ fn bad_inputs_fail_with_clear_messages() {
     )
     .unwrap();
     write_safetensors(
+        &d.join("w_escape.safetensors"),
+        &[(
+            "\u{1b}[2J\u{1b}[31mred".into(),
+            HostTensor::f32(vec![2], vec![1.0, 2.0]),
+        )],
+    )
+    .unwrap();
+    std::fs::write(d.join("latin1.sir"), b"graph g {\n  # caf\xe9\n}\n").unwrap();
+    write_safetensors(
         &d.join("w_shape.safetensors"),
         &[(
             "w1".into(),
@@ -508,6 +517,10 @@ fn bad_inputs_fail_with_clear_messages() {
                stderr: &["error: evaluation failed", "labels", "10"] },
         Case { what: "weights: unknown tensor", args: with(&[&[s("--weights"), p("w_bogus.safetensors")]]), code: 2,
                stderr: &["tensor `bogus` is not a param or state of graph `mlp`", "`w1`: f32[64, 128]"] },
+        Case { what: "weights: a name that drives the terminal", args: with(&[&[s("--weights"), p("w_escape.safetensors")]]), code: 2,
+               stderr: &["tensor `␛[2J␛[31mred` is not a param"] },
+        Case { what: "program not UTF-8", args: vec![s("check"), p("latin1.sir")], code: 1,
+               stderr: &["the file is not UTF-8: byte 17 is 0xe9", "latin1.sir:2:8"] },
         Case { what: "weights: mis-shaped", args: with(&[&[s("--weights"), p("w_shape.safetensors")]]), code: 2,
                stderr: &["weight `w1` must be f32[64, 128], but", "holds f32[128, 64]"] },
         Case { what: "weights: not safetensors", args: with(&[&[s("--weights"), p("x.npy")]]), code: 2,
@@ -542,6 +555,12 @@ fn bad_inputs_fail_with_clear_messages() {
             failures.push(format!(
                 "{}: exit {} (want {}), missing {:?}\n  args: {:?}\n  stderr: {}",
                 case.what, run.code, case.code, missing, case.args, run.stderr
+            ));
+        }
+        if let Some(c) = run.stderr.chars().find(|&c| c.is_control() && c != '\n') {
+            failures.push(format!(
+                "{}: printed the control character {:?} to the terminal",
+                case.what, c
             ));
         }
         if !run.stdout.is_empty() {
