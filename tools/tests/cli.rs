@@ -455,6 +455,11 @@ fn bad_inputs_fail_with_clear_messages() {
     )
     .unwrap();
     std::fs::write(d.join("latin1.sir"), b"graph g {\n  # caf\xe9\n}\n").unwrap();
+    std::fs::write(
+        d.join("huge.sir"),
+        "graph huge {\n  y = iota(shape=[100000, 100000], axis=0)\n  output y\n}\n",
+    )
+    .unwrap();
     write_safetensors(
         &d.join("w_shape.safetensors"),
         &[(
@@ -521,6 +526,10 @@ fn bad_inputs_fail_with_clear_messages() {
                stderr: &["tensor `␛[2J␛[31mred` is not a param"] },
         Case { what: "program not UTF-8", args: vec![s("check"), p("latin1.sir")], code: 1,
                stderr: &["the file is not UTF-8: byte 17 is 0xe9", "latin1.sir:2:8"] },
+        Case { what: "80 GB for the interpreter", args: vec![s("eval"), p("huge.sir")], code: 2,
+               stderr: &["`y` (f32[100000, 100000]) would bring the interpreter's memory to", "budget of 4294967296 bytes"] },
+        Case { what: "--max-memory not a size", args: vec![s("eval"), p("huge.sir"), s("--max-memory=0")], code: 2,
+               stderr: &["expected a positive number of GiB"] },
         Case { what: "weights: mis-shaped", args: with(&[&[s("--weights"), p("w_shape.safetensors")]]), code: 2,
                stderr: &["weight `w1` must be f32[64, 128], but", "holds f32[128, 64]"] },
         Case { what: "weights: not safetensors", args: with(&[&[s("--weights"), p("x.npy")]]), code: 2,
