@@ -27,6 +27,10 @@ pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3
     let w = bind_view(e, &mut s, "w", &k.b);
     let o = bind_view(e, &mut s, "o", &k.out);
     let (c, oc) = (k.out.shape[1], k.a.shape[1]);
+    for d in 0..2 {
+        let padded = k.out.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("conv2d_grad_input", "the padded input extent", padded);
+    }
     let names = [
         "C_G", "O_G", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW",
     ];
@@ -148,6 +152,10 @@ pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 
     let x = bind_view(e, &mut s, "x", &k.a);
     let dy = bind_view(e, &mut s, "dy", &k.b);
     let o = bind_view(e, &mut s, "o", &k.out);
+    for d in 0..2 {
+        let padded = k.a.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("conv2d_grad_weight", "the padded input extent", padded);
+    }
     let names = ["C_G", "O_G", "H", "W", "SH", "SW", "PH", "PW", "DH", "DW"];
     let values = [
         k.out.shape[1],
@@ -208,6 +216,10 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let x = k.x.as_ref().map(|x| bind_view(e, &mut s, "x", x));
     let o = bind_view(e, &mut s, "o", &k.out);
+    for d in 0..2 {
+        let padded = k.out.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("pooling gradient", "the padded input extent", padded);
+    }
     let names = ["H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"];
     let values = [
         k.out.shape[2],

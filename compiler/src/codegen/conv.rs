@@ -40,6 +40,10 @@ pub fn emit_conv(e: &mut Emitter, k: &Conv2d) -> (String, [u32; 3], u32) {
     let w = bind_view(e, &mut s, "w", &k.w);
     let o = bind_view(e, &mut s, "o", &k.out);
     let [c, h, wd] = [k.x.shape[1], k.x.shape[2], k.x.shape[3]];
+    for (d, extent) in [(0, h), (1, wd)] {
+        let padded = extent as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("conv2d", "the padded input extent", padded);
+    }
     let [kh, kw] = [k.w.shape[2], k.w.shape[3]];
     let o_per_group = k.out.shape[1] / k.groups;
     let names = [
@@ -151,6 +155,10 @@ pub fn emit_pool(e: &mut Emitter, k: &Pool2d) -> (String, [u32; 3], u32) {
     header(&mut s, e, &k.out);
     let x = bind_view(e, &mut s, "x", &k.x);
     let o = bind_view(e, &mut s, "o", &k.out);
+    for d in 0..2 {
+        let padded = k.x.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("pooling", "the padded input extent", padded);
+    }
     let names = ["H", "W", "KH", "KW", "SH", "SW", "PH", "PW"];
     let values = [
         k.x.shape[2],

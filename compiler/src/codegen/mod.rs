@@ -62,6 +62,7 @@ pub fn emit(
         params: Vec::new(),
         arenas: Vec::new(),
         too_large: None,
+        refused: None,
         loop_iterations: 0,
         address_words: Vec::new(),
     };
@@ -87,6 +88,7 @@ pub struct Emitter<'m> {
     arenas: Vec<u32>,
     /// The first value that did not fit in a 32-bit param word (an error at `finish`).
     too_large: Option<usize>,
+    refused: Option<(&'static str, String)>,
     loop_iterations: u64,
     address_words: Vec<[u32; 2]>,
 }
@@ -102,6 +104,25 @@ impl Emitter<'_> {
         });
         self.params.push(word);
         format!("p({}u)", self.params.len() - 1)
+    }
+
+    /// Refuses the kernel: `finish` returns [`crate::CompileError::KernelLimit`] with `what`
+    /// (the first refusal wins).
+    pub fn refuse(&mut self, kernel: &'static str, what: String) {
+        self.refused.get_or_insert((kernel, what));
+    }
+
+    /// Refuses the kernel unless `extent` (a padded extent that its shader indexes with `i32`
+    /// arithmetic) is below 2^31.
+    pub fn signed_extent(&mut self, kernel: &'static str, what: &str, extent: u64) {
+        if extent > i32::MAX as u64 {
+            self.refuse(
+                kernel,
+                format!(
+                    "{what} is {extent}, past the 2^31 - 1 its 32-bit index arithmetic reaches"
+                ),
+            );
+        }
     }
 
     /// Counts `n` more loop iterations (back-edges) per invocation; see [`LOOP_BUDGET`].
@@ -147,6 +168,9 @@ impl Emitter<'_> {
         workgroups: [u32; 3],
         workgroup_storage_bytes: u32,
     ) -> Result<KernelSource, crate::CompileError> {
+        if let Some((kernel, what)) = self.refused {
+            return Err(crate::CompileError::KernelLimit { kernel, what });
+        }
         if let Some(value) = self.too_large {
             return Err(crate::CompileError::KernelLimit {
                 kernel: "param block",
