@@ -19,6 +19,9 @@ pub struct Matmul {
     pub a: View,
     pub b: View,
     pub out: View,
+    /// An elementwise program applied to each product element before it is stored (its
+    /// operand 0 is the product).
+    pub epilogue: Option<FusedKernel>,
 }
 
 /// 2-D convolution, NCHW / OIHW.
@@ -116,6 +119,7 @@ impl KernelPlan {
     pub fn pattern(&self) -> &'static str {
         match self {
             KernelPlan::Fused(f) => f.program.pattern(),
+            KernelPlan::Matmul(m) if m.epilogue.is_some() => "matmul_epilogue",
             KernelPlan::Matmul(_) => "matmul",
             KernelPlan::Conv2d(_) => "conv2d",
             KernelPlan::Pool2d(p) => {
@@ -152,7 +156,13 @@ impl KernelPlan {
                 f.operands.iter().map(|v| v.buffer).collect(),
                 f.outputs.iter().map(|v| v.buffer).collect(),
             ),
-            KernelPlan::Matmul(m) => (vec![m.a.buffer, m.b.buffer], vec![m.out.buffer]),
+            KernelPlan::Matmul(m) => {
+                let mut reads = vec![m.a.buffer, m.b.buffer];
+                if let Some(e) = &m.epilogue {
+                    reads.extend(e.operands[1..].iter().map(|v| v.buffer));
+                }
+                (reads, vec![m.out.buffer])
+            }
             KernelPlan::Conv2d(c) => {
                 let mut reads = vec![c.x.buffer, c.w.buffer];
                 reads.extend(c.bias.as_ref().map(|b| b.buffer));

@@ -16,6 +16,9 @@ pub enum KernelOp {
     Ir(Op, Attrs),
     /// A fused kernel program over the node's inputs (one result per program output).
     Fused(Box<Program>),
+    /// `a @ b` (inputs 0 and 1) stored through an elementwise epilogue program whose operand 0
+    /// is the product and whose operand `i > 0` is input `i + 1`.
+    MatmulEpilogue(Box<Program>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -33,7 +36,7 @@ impl KNode {
     pub fn ir(&self) -> Option<Op> {
         match &self.op {
             KernelOp::Ir(op, _) => Some(*op),
-            KernelOp::Fused(_) => None,
+            KernelOp::Fused(_) | KernelOp::MatmulEpilogue(_) => None,
         }
     }
 
@@ -49,7 +52,7 @@ impl KNode {
                 );
                 attrs.of(key)
             }
-            KernelOp::Fused(_) => panic!("a fused kernel has no attribute `{}`", key.name),
+            _ => panic!("a fused kernel has no attribute `{}`", key.name),
         }
     }
 }
@@ -77,7 +80,9 @@ pub struct KernelGraph {
     pub nodes: Vec<KNode>,
     /// `(target, source)` of each `assign`.
     pub assigns: Vec<(ValueId, ValueId)>,
-    pub outputs: Vec<ValueId>,
+    /// The outputs, in order, with the names the caller reads them by (one value may be
+    /// output under several names once common subexpressions are shared).
+    pub outputs: Vec<(String, ValueId)>,
 }
 
 impl KernelGraph {
@@ -119,7 +124,11 @@ impl KernelGraph {
             values,
             nodes,
             assigns: g.assigns.iter().map(|a| (a.target, a.source)).collect(),
-            outputs: g.outputs.clone(),
+            outputs: g
+                .outputs
+                .iter()
+                .map(|&v| (g.name_of(v).to_string(), v))
+                .collect(),
         }
     }
 

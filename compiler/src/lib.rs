@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod kgraph;
 pub mod layout;
 pub mod memory;
+pub mod optimize;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
@@ -40,15 +41,17 @@ pub enum Pass {
     Expand,
     Autodiff,
     Decompose,
+    Optimize,
     Schedule,
     Memory,
 }
 
 impl Pass {
-    pub const ALL: [Pass; 5] = [
+    pub const ALL: [Pass; 6] = [
         Pass::Expand,
         Pass::Autodiff,
         Pass::Decompose,
+        Pass::Optimize,
         Pass::Schedule,
         Pass::Memory,
     ];
@@ -58,6 +61,7 @@ impl Pass {
             Pass::Expand => "expand",
             Pass::Autodiff => "autodiff",
             Pass::Decompose => "decompose",
+            Pass::Optimize => "optimize",
             Pass::Schedule => "schedule",
             Pass::Memory => "memory",
         }
@@ -73,6 +77,8 @@ pub struct Options {
     /// Forces one block shape on every matmul (for tuning); by default the shape is chosen
     /// from the output's size.
     pub matmul_tile: Option<codegen::matmul::Tile>,
+    /// Run the e-graph optimizer (`--no-opt` turns it off).
+    pub optimize: bool,
 }
 
 impl Default for Options {
@@ -81,6 +87,7 @@ impl Default for Options {
             max_binding_size: DEFAULT_MAX_BINDING,
             dump_after: Vec::new(),
             matmul_tile: None,
+            optimize: true,
         }
     }
 }
@@ -93,16 +100,19 @@ pub struct Compiled {
     /// Things worth telling the user that do not stop compilation (e.g. a gradient that is
     /// zero because the loss does not depend on its operand).
     pub warnings: Vec<String>,
+    /// What the optimizer did (`None` with `--no-opt`).
+    pub optimize: Option<optimize::Report>,
 }
 
 /// The whole pipeline, pass by pass.
 pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileError> {
     let mut dumps = Vec::new();
-    let (artifact, warnings) = run_passes(graph, options, &mut dumps)?;
+    let (artifact, warnings, report) = run_passes(graph, options, &mut dumps)?;
     Ok(Compiled {
         artifact,
         dumps,
         warnings,
+        optimize: report,
     })
 }
 
@@ -114,12 +124,13 @@ pub fn compile_keeping_dumps(
 ) -> (Vec<(Pass, String)>, Result<Compiled, CompileError>) {
     let mut dumps = Vec::new();
     match run_passes(graph, options, &mut dumps) {
-        Ok((artifact, warnings)) => (
+        Ok((artifact, warnings, report)) => (
             Vec::new(),
             Ok(Compiled {
                 artifact,
                 dumps,
                 warnings,
+                optimize: report,
             }),
         ),
         Err(e) => (dumps, Err(e)),
@@ -130,7 +141,7 @@ fn run_passes(
     graph: &Graph,
     options: &Options,
     dumps: &mut Vec<(Pass, String)>,
-) -> Result<(Artifact, Vec<String>), CompileError> {
+) -> Result<(Artifact, Vec<String>, Option<optimize::Report>), CompileError> {
     let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
         if options.dump_after.contains(&pass) {
             dumps.push((pass, text()));
@@ -144,15 +155,23 @@ fn run_passes(
     let bounds = index_bounds(&graph);
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
-    let kgraph = kgraph::KernelGraph::from_graph(&graph);
+    let (kgraph, report) = if options.optimize {
+        let (kg, report) = optimize::optimize(&graph);
+        dump(Pass::Optimize, &|| {
+            format!("{report}\n{}", describe_kernel_graph(&kg))
+        });
+        (kg, Some(report))
+    } else {
+        (kgraph::KernelGraph::from_graph(&graph), None)
+    };
     let sched = schedule::lower(&kgraph, bounds)?;
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let artifact = pack(&graph, &sched, &mem, options)?;
+    let artifact = pack(&kgraph, &sched, &mem, options)?;
     let mut warnings = warnings;
     warnings.extend(loop_warnings(&artifact));
-    Ok((artifact, warnings))
+    Ok((artifact, warnings, report))
 }
 
 /// A warning per kernel whose invocations loop more often than Mesa's software Vulkan allows
@@ -181,11 +200,11 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
         .collect()
 }
 
-/// i32 inputs that index something (embedding ids, class labels), with the number of rows or
-/// classes they index; found before decomposition, where the ops that index are still whole.
-pub fn index_bounds(g: &Graph) -> HashMap<sinter_ir::ValueId, usize> {
+/// i32 inputs that index something (embedding ids, class labels), by name, with the number of
+/// rows or classes they index; found before decomposition, where the ops that index are whole.
+pub fn index_bounds(g: &Graph) -> HashMap<String, usize> {
     use sinter_ir::Op;
-    let mut bounds: HashMap<sinter_ir::ValueId, usize> = HashMap::new();
+    let mut bounds: HashMap<String, usize> = HashMap::new();
     for node in &g.nodes {
         let (ids, bound) = match node.op {
             Op::Embedding => (node.inputs[1], g.ty(node.inputs[0]).shape[0]),
@@ -194,7 +213,7 @@ pub fn index_bounds(g: &Graph) -> HashMap<sinter_ir::ValueId, usize> {
             _ => continue,
         };
         if g.value(ids).def == ValueDef::Input {
-            let entry = bounds.entry(ids).or_insert(bound);
+            let entry = bounds.entry(g.name_of(ids).to_string()).or_insert(bound);
             *entry = (*entry).min(bound);
         }
     }
@@ -203,7 +222,7 @@ pub fn index_bounds(g: &Graph) -> HashMap<sinter_ir::ValueId, usize> {
 
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
-    graph: &Graph,
+    graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
     options: &Options,
@@ -349,7 +368,11 @@ fn pack(
 }
 
 /// The I/O manifest and the initial-value blob.
-fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<TensorSlot>, Vec<u8>) {
+fn tensor_slots(
+    graph: &kgraph::KernelGraph,
+    sched: &Schedule,
+    mem: &MemoryPlan,
+) -> (Vec<TensorSlot>, Vec<u8>) {
     let mut slots = Vec::new();
     let mut blob = Vec::new();
     for (i, b) in sched.buffers.iter().enumerate() {
@@ -357,8 +380,8 @@ fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<Tenso
             BufferKind::Temp => continue,
             BufferKind::Input(v) => (v, Role::Input, None),
             BufferKind::Persistent(v) => match &graph.value(v).def {
-                ValueDef::Param(init) => (v, Role::Param, Some(init)),
-                ValueDef::State(init) => (v, Role::State, Some(init)),
+                kgraph::KDef::Param(init) => (v, Role::Param, Some(init)),
+                kgraph::KDef::State(init) => (v, Role::State, Some(init)),
                 _ => unreachable!("persistent buffers hold params and states"),
             },
         };
@@ -398,6 +421,30 @@ fn tensor_slots(graph: &Graph, sched: &Schedule, mem: &MemoryPlan) -> (Vec<Tenso
         });
     }
     (slots, blob)
+}
+
+/// Text of a kernel graph for `--dump-after optimize`: one line per kernel with the source ops
+/// it covers.
+pub fn describe_kernel_graph(kg: &kgraph::KernelGraph) -> String {
+    let mut s = String::new();
+    for (i, n) in kg.nodes.iter().enumerate() {
+        let outs: Vec<&str> = n.outputs.iter().map(|&o| kg.name_of(o)).collect();
+        let ins: Vec<&str> = n.inputs.iter().map(|&o| kg.name_of(o)).collect();
+        let what = match &n.op {
+            kgraph::KernelOp::Ir(op, _) => op.name().to_string(),
+            kgraph::KernelOp::Fused(p) => format!("fused {}", p.pattern()),
+            kgraph::KernelOp::MatmulEpilogue(_) => "matmul_epilogue".to_string(),
+        };
+        writeln!(
+            s,
+            "{i}: {} = {what}({}) [{}]",
+            outs.join(", "),
+            ins.join(", "),
+            n.sources.join("; ")
+        )
+        .unwrap();
+    }
+    s
 }
 
 /// Text of a schedule for `--dump-after schedule`.

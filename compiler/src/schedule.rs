@@ -65,12 +65,19 @@ pub struct Schedule {
     pub index_bounds: HashMap<ValueId, usize>,
 }
 
-/// Lowers `g`; `index_bounds` (from [`crate::index_bounds`], found on the graph before
-/// decomposition) is carried into the schedule.
+/// Lowers `g`; `index_bounds` (inputs by name, from [`crate::index_bounds`], found on the
+/// graph before decomposition) is carried into the schedule.
 pub fn lower(
     g: &KernelGraph,
-    index_bounds: HashMap<ValueId, usize>,
+    index_bounds: HashMap<String, usize>,
 ) -> Result<Schedule, CompileError> {
+    let index_bounds = g
+        .values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.def == KDef::Input)
+        .filter_map(|(i, v)| Some((ValueId(i as u32), *index_bounds.get(&v.name)?)))
+        .collect();
     let mut cx = Lowering {
         g,
         sched: Schedule {
@@ -95,12 +102,11 @@ pub fn lower(
             cx.lower_node(node)?;
         }
     }
-    for &v in &g.outputs {
-        let view = cx.contiguous_view(v)?;
-        let value = g.value(v);
+    for (name, v) in &g.outputs {
+        let view = cx.contiguous_view(*v)?;
         cx.sched.outputs.push(OutputView {
-            name: value.name.clone(),
-            ty: value.ty.clone(),
+            name: name.clone(),
+            ty: g.ty(*v).clone(),
             view,
         });
     }
@@ -114,7 +120,7 @@ pub fn lower(
 /// Values that some output or assign depends on.
 fn needed_values(g: &KernelGraph) -> Vec<bool> {
     let mut needed = vec![false; g.values.len()];
-    for &v in &g.outputs {
+    for &(_, v) in &g.outputs {
         needed[v.index()] = true;
     }
     for &(_, source) in &g.assigns {
@@ -229,11 +235,20 @@ impl Lowering<'_> {
         );
     }
 
-    /// A fused kernel computing `node`'s results from its inputs' views into fresh buffers.
+    /// A fused kernel computing `node`'s results from its inputs' views into fresh buffers;
+    /// inputs that are literals or iotas are folded into the program.
     fn fused_node(&mut self, node: &KNode, program: Program) -> Result<(), CompileError> {
+        let mut program = program;
         let mut operands = Vec::new();
-        for &v in &node.inputs {
-            operands.push(self.view(v)?);
+        let mut folded = 0;
+        for (i, &v) in node.inputs.iter().enumerate() {
+            match self.fold(v) {
+                Some(arg) => {
+                    program = program.substitute(i - folded, &arg);
+                    folded += 1;
+                }
+                None => operands.push(self.view(v)?),
+            }
         }
         let mut outputs = Vec::new();
         for &o in &node.outputs {
@@ -254,30 +269,23 @@ impl Lowering<'_> {
 
     /// One elementwise primitive as a one-op program; constants and iotas are folded in.
     fn elementwise(&mut self, node: &KNode, scalar: Scalar) -> Result<(), CompileError> {
-        let out = node.outputs[0];
-        let shape = self.g.ty(out).shape.clone();
-        let mut args = Vec::new();
-        let mut reads = Vec::new();
-        for &v in &node.inputs {
-            match self.fold(v) {
-                Some(arg) => args.push(arg),
-                None => {
-                    args.push(Arg::Operand(self.g.ty(v).clone()));
-                    reads.push(v);
-                }
-            }
-        }
-        let program = Program::map(&shape, scalar, &args, self.dtype(out));
-        let node = KNode {
-            inputs: reads,
-            ..node.clone()
-        };
-        self.fused_node(&node, program)
+        let out = self.g.ty(node.outputs[0]).clone();
+        let args: Vec<Arg> = node
+            .inputs
+            .iter()
+            .map(|&v| Arg::Operand(self.g.ty(v).clone()))
+            .collect();
+        let program = Program::map(&out.shape, scalar, &args, out.dtype);
+        self.fused_node(node, program)
     }
 
     fn lower_node(&mut self, node: &KNode) -> Result<(), CompileError> {
         let op = match &node.op {
             KernelOp::Fused(program) => return self.fused_node(node, (**program).clone()),
+            KernelOp::MatmulEpilogue(program) => {
+                let label = node.sources.join("; ");
+                return self.matmul(node, label, Some(program));
+            }
             KernelOp::Ir(op, _) => *op,
         };
         let label = node.sources.join("; ");
@@ -376,7 +384,7 @@ impl Lowering<'_> {
                 }
                 self.views.insert(out, dst);
             }
-            Matmul => self.matmul(node, label)?,
+            Matmul => self.matmul(node, label, None)?,
             Conv2d => {
                 let x = self.view(node.inputs[0])?;
                 let w = self.view(node.inputs[1])?;
@@ -487,7 +495,12 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    fn matmul(&mut self, node: &KNode, label: String) -> Result<(), CompileError> {
+    fn matmul(
+        &mut self,
+        node: &KNode,
+        label: String,
+        epilogue: Option<&Program>,
+    ) -> Result<(), CompileError> {
         let (a, b) = (node.inputs[0], node.inputs[1]);
         let av = self.view(a)?;
         let bv = self.view(b)?;
@@ -509,7 +522,31 @@ impl Lowering<'_> {
         let out = node.outputs[0];
         let dst = self.temp(out);
         let out_view = View::contiguous(dst.buffer, &full(batch.clone(), m, n));
+        let epilogue = match epilogue {
+            Some(p) => {
+                // operand 0 is the product itself; it is never loaded
+                let mut program = p.clone();
+                let mut operands = vec![out_view.clone()];
+                let mut folded = 0;
+                for (i, &v) in node.inputs[2..].iter().enumerate() {
+                    match self.fold(v) {
+                        Some(arg) => {
+                            program = program.substitute(i + 1 - folded, &arg);
+                            folded += 1;
+                        }
+                        None => operands.push(self.view(v)?),
+                    }
+                }
+                Some(FusedKernel {
+                    program,
+                    operands,
+                    outputs: vec![out_view.clone()],
+                })
+            }
+            None => None,
+        };
         let plan = crate::kernel::Matmul {
+            epilogue,
             batch,
             m,
             n,

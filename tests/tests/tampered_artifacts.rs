@@ -6,7 +6,7 @@
 use sinter_ir::artifact::{Artifact, ArtifactError};
 
 fn compiled() -> Artifact {
-    let src = "graph t {\n  input x: f32[300, 17]\n  y = softmax(relu(x))\n  output y\n}\n";
+    let src = "graph t {\n  input x: f32[300, 17]\n  input w: f32[17, 40]\n  y = softmax(matmul(relu(x), w))\n  output y\n}\n";
     let graph = sinter_ir::text::parse(src).unwrap();
     sinter_compiler::compile(&graph, &Default::default())
         .unwrap()
@@ -53,7 +53,7 @@ fn workgroups_past_the_arena_or_the_declared_limit() {
 fn param_blocks_of_the_wrong_size() {
     let err = reload_error(|a| a.dispatches[0].params.clear());
     assert!(err.contains("ships 0 param words"), "{err}");
-    let err = reload_error(|a| a.dispatches[1].params.truncate(4));
+    let err = reload_error(|a| a.dispatches[0].params.truncate(4));
     assert!(err.contains("ships 4 param words"), "{err}");
     let err = reload_error(|a| a.kernels[0].param_words += 4);
     assert!(err.contains("param block has"), "{err}");

@@ -1,4 +1,4 @@
-//! `sinter compile FILE.sir -o FILE.sart [--max-binding-size BYTES] [--dump-after PASS …]`:
+//! `sinter compile FILE.sir -o FILE.sart [--no-opt] [--max-binding-size BYTES] [--dump-after PASS …]`:
 //! compile a program into an artifact, optionally printing what chosen passes produced.
 
 use std::path::PathBuf;
@@ -27,6 +27,9 @@ pub struct Args {
     /// commas; `all` dumps every pass.
     #[arg(long, value_name = "PASS", value_delimiter = ',', value_parser = pass_names())]
     dump_after: Vec<String>,
+    /// Skip the e-graph optimizer: every primitive becomes its own kernel.
+    #[arg(long)]
+    no_opt: bool,
 }
 
 fn pass_names() -> PossibleValuesParser {
@@ -46,6 +49,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let options = Options {
         max_binding_size: args.max_binding_size,
         dump_after,
+        optimize: !args.no_opt,
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

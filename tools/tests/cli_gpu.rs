@@ -382,14 +382,21 @@ fn dump_after_prints_each_pass_under_a_header() {
             .map(str::to_string)
             .collect()
     };
-    let expected: Vec<String> = ["expand", "autodiff", "decompose", "schedule", "memory"]
-        .iter()
-        .map(|p| format!("# ==== after {p} ===="))
-        .collect();
+    let expected: Vec<String> = [
+        "expand",
+        "autodiff",
+        "decompose",
+        "optimize",
+        "schedule",
+        "memory",
+    ]
+    .iter()
+    .map(|p| format!("# ==== after {p} ===="))
+    .collect();
     assert_eq!(headers(&all.stdout), expected);
     assert_eq!(
         headers(&listed.stdout),
-        [&expected[0], &expected[1], &expected[4]].map(String::clone)
+        [&expected[0], &expected[1], &expected[5]].map(String::clone)
     );
     assert!(all.stdout.contains("peak "), "{}", all.stdout);
 
@@ -405,7 +412,7 @@ fn dump_after_prints_each_pass_under_a_header() {
         s("schedule,memory"),
     ]);
     assert_eq!(failed.code, 1, "{}", failed.stderr);
-    assert_eq!(headers(&failed.stdout), [expected[3].clone()]);
+    assert_eq!(headers(&failed.stdout), [expected[4].clone()]);
     assert!(
         failed.stderr.contains("largest storage binding"),
         "{}",

@@ -83,6 +83,35 @@ fn mapping(k: &FusedKernel) -> Mapping {
     }
 }
 
+/// A matmul epilogue as a WGSL function `epilogue(product, c0, .., c{r-1}) -> f32` of the
+/// product and its coordinates in the output (batch axes, row, column); `k`'s operand 0 is the
+/// product, its one output the stored value.
+pub fn emit_epilogue(e: &mut Emitter, k: &FusedKernel) -> String {
+    let p = &k.program;
+    debug_assert!(p.reduce.is_empty() && p.outputs.len() == 1, "{p:?}");
+    let mut cx = Cx::new(e, k);
+    cx.product_operand = true;
+    let need = cx.needed(&[p.outputs[0].value]);
+    cx.bind_rows(&need);
+    let mut s = String::new();
+    let coords: Vec<String> = (0..p.domain.len()).map(|a| format!("c{a}: u32")).collect();
+    writeln!(
+        s,
+        "fn epilogue(product: f32, {}) -> f32 {{",
+        coords.join(", ")
+    )
+    .unwrap();
+    s.push_str(&cx.body);
+    writeln!(
+        s,
+        "    return v{};
+}}",
+        p.outputs[0].value
+    )
+    .unwrap();
+    s
+}
+
 pub fn emit(e: &mut Emitter, k: &FusedKernel) -> (String, [u32; 3], u32) {
     let p = &k.program;
     debug_assert!(p.check().is_ok(), "{:?}", p.check());
@@ -102,6 +131,8 @@ struct Cx<'e, 'm, 'k> {
     dtypes: Vec<DType>,
     /// Row-level instructions already bound at function scope.
     bound: Vec<bool>,
+    /// In a matmul epilogue: operand 0 is the product, passed in as `product`.
+    product_operand: bool,
     body: String,
 }
 
@@ -115,6 +146,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             levels: p.levels(),
             dtypes: p.dtypes(),
             bound: vec![false; p.insts.len()],
+            product_operand: false,
             body: String::new(),
         }
     }
@@ -143,6 +175,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
     fn expr(&mut self, i: usize) -> String {
         let v = |a: &u32| format!("v{a}");
         match &self.p.insts[i] {
+            Inst::Load(0) if self.product_operand => "product".to_string(),
             Inst::Load(o) => self.operand_load(*o as usize),
             Inst::Const(bits) => f32_literal(f32::from_bits(*bits)),
             Inst::Coord(k) => format!("f32(c{k})"),

@@ -155,6 +155,9 @@ pub fn emit(
     e.loop_trips(if unrolled { steps + write } else { plain });
 
     let mut s = String::new();
+    if let Some(epi) = &k.epilogue {
+        s.push_str(&super::fused::emit_epilogue(e, epi));
+    }
     writeln!(
         s,
         "const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;"
@@ -305,10 +308,19 @@ pub fn emit(
     writeln!(s, "        workgroupBarrier();\n        if (more) {{").unwrap();
     store(&mut s, "            ");
     writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
+    // the stored value: the product, or the epilogue of it at its coordinates
+    let value = |slot: &str| match &k.epilogue {
+        Some(_) => {
+            let mut args: Vec<String> = (0..rb).map(|a| format!("b{a}")).collect();
+            args.extend(["gm".to_string(), "GN".to_string()]);
+            format!("epilogue({slot}, {})", args.join(", "))
+        }
+        None => slot.to_string(),
+    };
     if quads {
-        quad_write(&mut s, t, &arena_o);
+        quad_write(&mut s, t, &arena_o, &value);
     } else {
-        scalar_write(&mut s, &arena_o);
+        scalar_write(&mut s, &arena_o, &value);
     }
     writeln!(s, "}}").unwrap();
     let shared = (bm * bk + bk * bn) * 4;
@@ -365,7 +377,7 @@ fn scalar_product(s: &mut String, t: Tile, unrolled: bool) {
     }
 }
 
-fn scalar_write(s: &mut String, arena_o: &str) {
+fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
     s.push_str(
         "    for (var i = 0u; i < TM; i = i + 1u) {
         let gm = row0 + ty + i * (BM / TM);
@@ -373,7 +385,12 @@ fn scalar_write(s: &mut String, arena_o: &str) {
             let gn = col0 + tx + j * (BN / TN);
 ",
     );
-    writeln!(s, "            if (gm < M && gn < N) {{ {arena_o}[o_base + gm * o_s0 + gn * o_s1] = acc[i * TN + j]; }}").unwrap();
+    let v = value("acc[i * TN + j]").replace("GN", "gn");
+    writeln!(
+        s,
+        "            if (gm < M && gn < N) {{ {arena_o}[o_base + gm * o_s0 + gn * o_s1] = {v}; }}"
+    )
+    .unwrap();
     s.push_str("        }\n    }\n");
 }
 
@@ -420,7 +437,7 @@ fn quad_product(s: &mut String, t: Tile, unrolled: bool) {
     }
 }
 
-fn quad_write(s: &mut String, t: Tile, arena_o: &str) {
+fn quad_write(s: &mut String, t: Tile, arena_o: &str, value: &dyn Fn(&str) -> String) {
     let (hm, hn) = (t.tm / 4, t.tn / 4);
     for r in 0..t.tm {
         writeln!(
@@ -439,9 +456,10 @@ fn quad_write(s: &mut String, t: Tile, arena_o: &str) {
             )
             .unwrap();
             writeln!(s, "        for (var j = 0u; j < 4u; j = j + 1u) {{").unwrap();
+            let v = value(&format!("acc[{slot}][j]")).replace("GN", &format!("gn{q} + j"));
             writeln!(
                 s,
-                "            if (gm < M && gn{q} + j < N) {{ {arena_o}[o_base + gm * o_s0 + (gn{q} + j) * o_s1] = acc[{slot}][j]; }}"
+                "            if (gm < M && gn{q} + j < N) {{ {arena_o}[o_base + gm * o_s0 + (gn{q} + j) * o_s1] = {v}; }}"
             )
             .unwrap();
             writeln!(s, "        }}").unwrap();

@@ -453,6 +453,137 @@ impl Program {
         if over_reduce { "row_map" } else { "reduce" }
     }
 
+    /// The same program without identity casts and without instructions, operands and phases
+    /// that no output needs (operands keep their order; `keep` says which survive).
+    pub fn simplified(&self) -> (Program, Vec<bool>) {
+        let dtypes = self.dtypes();
+        // identity casts forward to their argument
+        let mut alias: Vec<u32> = (0..self.insts.len() as u32).collect();
+        for (i, inst) in self.insts.iter().enumerate() {
+            if let Inst::Map(Scalar::Cast(to), args) = inst
+                && dtypes[args[0] as usize] == *to
+            {
+                alias[i] = alias[args[0] as usize];
+            }
+        }
+        let mut need = vec![false; self.insts.len()];
+        let mut need_phase = vec![false; self.phases.len()];
+        let mut stack: Vec<u32> = self
+            .outputs
+            .iter()
+            .map(|o| alias[o.value as usize])
+            .collect();
+        while let Some(i) = stack.pop() {
+            let i = alias[i as usize] as usize;
+            if need[i] {
+                continue;
+            }
+            need[i] = true;
+            match &self.insts[i] {
+                Inst::Map(_, args) => stack.extend(args.iter().map(|&a| alias[a as usize])),
+                Inst::Reduced(k) if !need_phase[*k as usize] => {
+                    need_phase[*k as usize] = true;
+                    stack.push(self.phases[*k as usize].value);
+                }
+                _ => {}
+            }
+        }
+        let mut keep = vec![false; self.operands.len()];
+        for (i, inst) in self.insts.iter().enumerate() {
+            if let (true, Inst::Load(o)) = (need[i], inst) {
+                keep[*o as usize] = true;
+            }
+        }
+        let mut operand_index = vec![0u32; self.operands.len()];
+        let mut next = 0;
+        for (o, &k) in keep.iter().enumerate() {
+            operand_index[o] = next;
+            next += u32::from(k);
+        }
+        let mut phase_index = vec![0u8; self.phases.len()];
+        let mut next = 0;
+        for (k, &n) in need_phase.iter().enumerate() {
+            phase_index[k] = next;
+            next += u8::from(n);
+        }
+        let mut index = vec![0u32; self.insts.len()];
+        let mut insts = Vec::new();
+        for (i, inst) in self.insts.iter().enumerate() {
+            if !need[i] {
+                continue;
+            }
+            index[i] = insts.len() as u32;
+            insts.push(match inst {
+                Inst::Load(o) => Inst::Load(operand_index[*o as usize]),
+                Inst::Map(f, args) => Inst::Map(
+                    *f,
+                    args.iter()
+                        .map(|&a| index[alias[a as usize] as usize])
+                        .collect(),
+                ),
+                Inst::Reduced(k) => Inst::Reduced(phase_index[*k as usize]),
+                other => other.clone(),
+            });
+        }
+        let p = Program {
+            domain: self.domain.clone(),
+            reduce: self.reduce.clone(),
+            operands: self
+                .operands
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(a, _)| a.clone())
+                .collect(),
+            insts,
+            phases: self
+                .phases
+                .iter()
+                .zip(&need_phase)
+                .filter(|(_, n)| **n)
+                .map(|(ph, _)| Phase {
+                    combine: ph.combine,
+                    value: index[alias[ph.value as usize] as usize],
+                })
+                .collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .map(|o| Output {
+                    value: index[alias[o.value as usize] as usize],
+                    access: o.access.clone(),
+                })
+                .collect(),
+        };
+        (p, keep)
+    }
+
+    /// This program with operand `i` replaced by a literal or an `iota` coordinate (the operand
+    /// is removed; later operands move down by one). For an iota of rank `rank` along `axis`,
+    /// the coordinate is the space axis that indexes that tensor axis.
+    pub fn substitute(&self, i: usize, arg: &Arg) -> Program {
+        let mut p = self.clone();
+        let replacement = match *arg {
+            Arg::Const(v) => Inst::Const(v.to_bits()),
+            Arg::Coord { axis, .. } => match p.operands[i].axes[axis] {
+                Axis::Space(k) => Inst::Coord(k),
+                _ => Inst::Const(0f32.to_bits()),
+            },
+            Arg::Operand(_) => return p,
+        };
+        for inst in &mut p.insts {
+            if let Inst::Load(o) = inst {
+                if *o as usize == i {
+                    *inst = replacement.clone();
+                } else if *o as usize > i {
+                    *o -= 1;
+                }
+            }
+        }
+        p.operands.remove(i);
+        p
+    }
+
     /// Instruction count weighted by each function's cost, times the points it runs at.
     pub fn flops(&self) -> u64 {
         let per_point: u64 = self
@@ -513,12 +644,7 @@ impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug> Bound<K> {
             outputs: Vec::new(),
         };
         let mut kids: Vec<K> = Vec::new();
-        let mut merge = Merge {
-            out: &mut out,
-            kids: &mut kids,
-            memo: HashMap::new(),
-            operand_memo: HashMap::new(),
-        };
+        let mut merge = Merge::new(&mut out, &mut kids);
         let p_axis = |a: Axis| match a {
             Axis::Space(k) => plan.producer[k as usize],
             _ => Axis::One,
@@ -528,15 +654,16 @@ impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug> Bound<K> {
             other => other,
         };
         // The producer first, so that its phases come first.
-        let p_ids = merge.copy(p, &producer.operands, &p_axis, None, 0);
-        let p_value = p_ids[p.outputs[0].value as usize];
-        merge.copy(
-            c,
-            &self.operands,
-            &c_axis,
-            Some((i as u32, p_value)),
-            p.phases.len() as u8,
-        );
+        let p_ids = merge.copy(p, &producer.operands, &p_axis, None, false);
+        let p_value = p_ids[p.outputs[0].value as usize].expect("the output was copied");
+        merge.copy(c, &self.operands, &c_axis, Some((i as u32, p_value)), true);
+        let (out, keep) = out.simplified();
+        let kids: Vec<K> = kids
+            .into_iter()
+            .zip(keep)
+            .filter(|(_, k)| *k)
+            .map(|(k, _)| k)
+            .collect();
         if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
             return None;
         }
@@ -554,8 +681,8 @@ impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug> Bound<K> {
     }
 }
 
-/// Builds a merged program instruction by instruction, sharing identical operands and
-/// instructions.
+/// Builds a merged program instruction by instruction, sharing identical operands,
+/// instructions and phases.
 struct Merge<'a, K> {
     out: &'a mut Program,
     kids: &'a mut Vec<K>,
@@ -563,7 +690,27 @@ struct Merge<'a, K> {
     operand_memo: HashMap<(K, Access), u32>,
 }
 
-impl<K: Copy + Eq + std::hash::Hash> Merge<'_, K> {
+/// One program being copied into a [`Merge`].
+struct Source<'p, K> {
+    p: &'p Program,
+    kids: &'p [K],
+    axis: &'p dyn Fn(Axis) -> Axis,
+    /// Loads of this operand become this instruction of the result.
+    replace: Option<(u32, u32)>,
+    ids: Vec<Option<u32>>,
+    phases: Vec<Option<u8>>,
+}
+
+impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
+    fn new(out: &'a mut Program, kids: &'a mut Vec<K>) -> Self {
+        Merge {
+            out,
+            kids,
+            memo: HashMap::new(),
+            operand_memo: HashMap::new(),
+        }
+    }
+
     fn push(&mut self, inst: Inst) -> u32 {
         if let Some(&i) = self.memo.get(&inst) {
             return i;
@@ -574,76 +721,152 @@ impl<K: Copy + Eq + std::hash::Hash> Merge<'_, K> {
         i
     }
 
-    /// Copies `p`'s instructions and phases with its axes renamed by `axis`, its phases shifted
-    /// by `phase_shift`; with `replace = Some((operand, value))` (the consumer) the loads of
-    /// `operand` become `value` and the outputs are copied too. Returns the new index of every
-    /// instruction of `p`.
+    /// The result's index of phase `k` of `src`, copying it (and what it needs) on first use;
+    /// an identical phase already in the result is shared.
+    fn phase(&mut self, src: &mut Source<K>, k: usize) -> u8 {
+        if let Some(n) = src.phases[k] {
+            return n;
+        }
+        let ph = src.p.phases[k];
+        let value = self.inst(src, ph.value as usize);
+        let phase = Phase {
+            combine: ph.combine,
+            value,
+        };
+        let n = match self.out.phases.iter().position(|q| *q == phase) {
+            Some(n) => n,
+            None => {
+                self.out.phases.push(phase);
+                self.out.phases.len() - 1
+            }
+        } as u8;
+        src.phases[k] = Some(n);
+        n
+    }
+
+    /// The result's index of instruction `i` of `src`, copying it on first use.
+    fn inst(&mut self, src: &mut Source<K>, i: usize) -> u32 {
+        if let Some(id) = src.ids[i] {
+            return id;
+        }
+        let new = match &src.p.insts[i] {
+            Inst::Load(o) if src.replace.is_some_and(|(t, _)| t == *o) => {
+                src.replace.expect("checked").1
+            }
+            Inst::Load(o) => {
+                let acc = &src.p.operands[*o as usize];
+                let acc = Access {
+                    dtype: acc.dtype,
+                    axes: acc.axes.iter().map(|&a| (src.axis)(a)).collect(),
+                };
+                let key = (src.kids[*o as usize], acc);
+                let slot = match self.operand_memo.get(&key) {
+                    Some(&s) => s,
+                    None => {
+                        self.out.operands.push(key.1.clone());
+                        self.kids.push(key.0);
+                        let s = (self.out.operands.len() - 1) as u32;
+                        self.operand_memo.insert(key, s);
+                        s
+                    }
+                };
+                self.push(Inst::Load(slot))
+            }
+            Inst::Const(c) => self.push(Inst::Const(*c)),
+            Inst::Coord(k) => match (src.axis)(Axis::Space(*k)) {
+                Axis::Space(n) => self.push(Inst::Coord(n)),
+                _ => self.push(Inst::Const(0f32.to_bits())),
+            },
+            Inst::Map(s, args) => {
+                let (s, args) = (*s, args.clone());
+                let args = args.iter().map(|&a| self.inst(src, a as usize)).collect();
+                self.push(Inst::Map(s, args))
+            }
+            Inst::Reduced(k) => {
+                let n = self.phase(src, *k as usize);
+                self.push(Inst::Reduced(n))
+            }
+        };
+        src.ids[i] = Some(new);
+        new
+    }
+
+    /// Copies `p` with its axes renamed by `axis`: its phases in order, then (for a program that
+    /// keeps its outputs) its outputs; `replace` substitutes the loads of one operand. Returns
+    /// the result's index of every instruction of `p` that was copied.
     fn copy(
         &mut self,
         p: &Program,
         kids: &[K],
         axis: &dyn Fn(Axis) -> Axis,
         replace: Option<(u32, u32)>,
-        phase_shift: u8,
-    ) -> Vec<u32> {
-        let mut ids = Vec::with_capacity(p.insts.len());
-        for inst in &p.insts {
-            let new = match inst {
-                Inst::Load(o) if replace.is_some_and(|(t, _)| t == *o) => {
-                    replace.expect("checked").1
-                }
-                Inst::Load(o) => {
-                    let acc = &p.operands[*o as usize];
-                    let acc = Access {
-                        dtype: acc.dtype,
-                        axes: acc.axes.iter().map(|&a| axis(a)).collect(),
-                    };
-                    let key = (kids[*o as usize], acc);
-                    let slot = match self.operand_memo.get(&key) {
-                        Some(&s) => s,
-                        None => {
-                            self.out.operands.push(key.1.clone());
-                            self.kids.push(key.0);
-                            let s = (self.out.operands.len() - 1) as u32;
-                            self.operand_memo.insert(key, s);
-                            s
-                        }
-                    };
-                    self.push(Inst::Load(slot))
-                }
-                Inst::Const(c) => self.push(Inst::Const(*c)),
-                Inst::Coord(k) => match axis(Axis::Space(*k)) {
-                    Axis::Space(n) => self.push(Inst::Coord(n)),
-                    _ => self.push(Inst::Const(0f32.to_bits())),
-                },
-                Inst::Map(s, args) => {
-                    let args = args.iter().map(|&a| ids[a as usize]).collect();
-                    self.push(Inst::Map(*s, args))
-                }
-                Inst::Reduced(k) => self.push(Inst::Reduced(k + phase_shift)),
-            };
-            ids.push(new);
+        keep_outputs: bool,
+    ) -> Vec<Option<u32>> {
+        let mut src = Source {
+            p,
+            kids,
+            axis,
+            replace,
+            ids: vec![None; p.insts.len()],
+            phases: vec![None; p.phases.len()],
+        };
+        for k in 0..p.phases.len() {
+            self.phase(&mut src, k);
         }
-        for ph in &p.phases {
-            self.out.phases.push(Phase {
-                combine: ph.combine,
-                value: ids[ph.value as usize],
-            });
-        }
-        if replace.is_some() {
-            for o in &p.outputs {
+        for o in &p.outputs {
+            let value = self.inst(&mut src, o.value as usize);
+            if keep_outputs {
                 let access = Access {
                     dtype: o.access.dtype,
                     axes: o.access.axes.iter().map(|&a| axis(a)).collect(),
                 };
-                self.out.outputs.push(Output {
-                    value: ids[o.value as usize],
-                    access,
-                });
+                self.out.outputs.push(Output { value, access });
             }
         }
-        ids
+        src.ids
     }
+}
+
+/// Merges programs of one iteration space that are independent (no one reads another's
+/// output) into one kernel with the outputs of both, sharing operands, instructions and phases
+/// ("sibling" or multi-output fusion). `None` when the spaces differ or the result passes the
+/// size limits.
+pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
+    a: &Bound<K>,
+    b: &Bound<K>,
+) -> Option<Bound<K>> {
+    let (pa, pb) = (&a.program, &b.program);
+    if pa.domain != pb.domain || pa.reduce != pb.reduce {
+        return None;
+    }
+    let mut out = Program {
+        domain: pa.domain.clone(),
+        reduce: pa.reduce.clone(),
+        operands: Vec::new(),
+        insts: Vec::new(),
+        phases: Vec::new(),
+        outputs: Vec::new(),
+    };
+    let mut kids = Vec::new();
+    let mut merge = Merge::new(&mut out, &mut kids);
+    let same = |a: Axis| a;
+    merge.copy(pa, &a.operands, &same, None, true);
+    merge.copy(pb, &b.operands, &same, None, true);
+    let (out, keep) = out.simplified();
+    let kids: Vec<K> = kids
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|(k, _)| k)
+        .collect();
+    if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS || out.phases.len() > MAX_PHASES {
+        return None;
+    }
+    out.check().ok()?;
+    Some(Bound {
+        program: out,
+        operands: kids,
+    })
 }
 
 /// How two programs' spaces combine when a producer is fused into a consumer.
@@ -777,7 +1000,7 @@ fn line_up(consumer: &Program, access: &Access, producer: &Program) -> Option<Li
             red.sort_unstable();
             if red != (c_d..c_d + c_r).collect::<Vec<_>>()
                 || p_dom.iter().any(|&a| a >= c_d)
-                || (0..c_d).any(|a| !p_dom.contains(&a))
+                || (0..c_d).any(|a| !p_dom.contains(&a) && consumer.domain[a] != 1)
             {
                 return None;
             }
@@ -788,7 +1011,7 @@ fn line_up(consumer: &Program, access: &Access, producer: &Program) -> Option<Li
     } else if p_r > 0 {
         // consumer axes named by the producer's reduce axes move to the reduce side; every
         // other consumer axis must be a producer domain axis (no reduction recomputed)
-        if (0..c_d).any(|a| !p_dom.contains(&a) && !p_red.contains(&a)) {
+        if (0..c_d).any(|a| !p_dom.contains(&a) && !p_red.contains(&a) && consumer.domain[a] != 1) {
             return None;
         }
         let kept: Vec<usize> = (0..c_d).filter(|a| !p_red.contains(a)).collect();

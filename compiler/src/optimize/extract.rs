@@ -1,0 +1,412 @@
+//! Extraction: one e-node per needed e-class, chosen to minimize the estimated time of the
+//! whole step, counting a value that several kernels read once (a DAG cost, not a tree cost).
+//!
+//! **Cost model** (nanoseconds on a GPU like the H200; only ratios matter): each kernel costs a
+//! launch, the bytes it moves at memory bandwidth, and its arithmetic; views, literals and
+//! leaves cost nothing. A fused kernel that recomputes a cheap value pays for the arithmetic,
+//! not for a store and a load, so extraction may prefer recomputing to storing.
+//!
+//! **Acyclicity by levels.** Every e-class has a level: the topological position of the
+//! source value it came from, the lowest one when classes merge, one above its operands for
+//! classes that rewrites create. A node may be chosen only if its operands' levels are lower
+//! than its class's, so every choice is acyclic without a search for cycles.
+//!
+//! **Algorithm.** (1) Bottom-up, in level order, each class takes its most fused node (a
+//! previous extraction's choice where one is given): few stored values to start from.
+//! (2) From the root, the chosen nodes form a DAG; reference counts say how many chosen nodes
+//! read each class. (3) Local improvement: for each chosen class, the alternative node with the
+//! most negative exact change of the DAG cost (its own cost, the classes it newly needs, minus
+//! the classes that nothing reads any more) replaces the chosen one; repeated while passes
+//! improve, within a time budget. Each pass is linear in the e-graph in practice, so extraction
+//! scales with the model.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use egg::Id;
+use sinter_ir::Op;
+
+use super::analysis::Graph;
+use super::lang::{ENode, Head};
+use crate::fused::{Level, Program};
+
+/// Fixed cost of one dispatch.
+pub const LAUNCH_NS: f64 = 4000.0;
+/// Sustained memory bandwidth, bytes per ns.
+pub const BYTES_PER_NS: f64 = 3000.0;
+/// Elementwise arithmetic, f32 operations per ns.
+pub const FLOPS_PER_NS: f64 = 30000.0;
+/// Matrix products, f32 operations per ns.
+pub const MATMUL_FLOPS_PER_NS: f64 = 25000.0;
+
+/// The chosen node of every needed class.
+pub struct Choice {
+    pub node: HashMap<Id, ENode>,
+    /// DAG cost of the choice (each chosen node once).
+    pub cost: f64,
+}
+
+/// Bytes of the tensor in class `c`.
+fn bytes(g: &Graph, c: Id) -> f64 {
+    g[c].data.ty.size_bytes() as f64
+}
+
+/// The estimated time of `n` itself (operands not included).
+pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
+    let out = |g: &Graph| super::analysis::node_type(g, n).size_bytes() as f64;
+    match &n.head {
+        Head::Leaf(_) | Head::Root => 0.0,
+        Head::Kernel(p) => kernel_cost(g, p, &n.kids, out(g)),
+        Head::MatmulEpilogue(p) => {
+            let (a, b) = (&g[n.kids[0]].data.ty, &g[n.kids[1]].data.ty);
+            let extra: f64 = n.kids[2..].iter().map(|&k| bytes(g, k)).sum();
+            matmul_cost(g, n, a, b) + extra / BYTES_PER_NS + p.flops() as f64 / FLOPS_PER_NS
+        }
+        Head::Op(op, _) => {
+            use Op::*;
+            match op {
+                Constant | Iota | Reshape | Permute | Transpose | BroadcastTo | Unsqueeze
+                | Squeeze | Slice => 0.0,
+                Matmul => {
+                    let (a, b) = (&g[n.kids[0]].data.ty, &g[n.kids[1]].data.ty);
+                    matmul_cost(g, n, a, b)
+                }
+                Concat => {
+                    n.kids.len() as f64 * LAUNCH_NS
+                        + (n.kids.iter().map(|&k| bytes(g, k)).sum::<f64>() + out(g)) / BYTES_PER_NS
+                }
+                _ => match super::fusion::program_of(g, n, true) {
+                    Some(b) => kernel_cost(g, &b.program, &b.operands, out(g)),
+                    None => {
+                        // convolution, pooling, gathers: a launch and their bytes
+                        LAUNCH_NS
+                            + (n.kids.iter().map(|&k| bytes(g, k)).sum::<f64>() + out(g))
+                                / BYTES_PER_NS
+                    }
+                },
+            }
+        }
+    }
+}
+
+fn matmul_cost(g: &Graph, n: &ENode, a: &sinter_ir::TensorType, b: &sinter_ir::TensorType) -> f64 {
+    let out = super::analysis::node_type(g, n);
+    let k = a.shape[a.rank() - 1] as f64;
+    let flops = 2.0 * out.numel() as f64 * k;
+    LAUNCH_NS
+        + (a.size_bytes() + b.size_bytes() + out.size_bytes()) as f64 / BYTES_PER_NS
+        + flops / MATMUL_FLOPS_PER_NS
+}
+
+/// A fused kernel: a launch, each operand read once per loop that reads it (re-reads of a row
+/// mostly hit the cache: a quarter of the bytes each), the outputs written once, the arithmetic.
+fn kernel_cost(g: &Graph, p: &Program, kids: &[Id], out_bytes: f64) -> f64 {
+    let levels = p.levels();
+    let mut reads = vec![0usize; p.operands.len()];
+    let mut regions: Vec<Vec<u32>> = p.phases.iter().map(|ph| vec![ph.value]).collect();
+    regions.push(p.outputs.iter().map(|o| o.value).collect());
+    for roots in &regions {
+        let mut need = vec![false; p.insts.len()];
+        for &r in roots {
+            need[r as usize] = true;
+        }
+        for i in (0..p.insts.len()).rev() {
+            if need[i] {
+                match &p.insts[i] {
+                    crate::fused::Inst::Map(_, args) => {
+                        for &a in args {
+                            need[a as usize] = true;
+                        }
+                    }
+                    crate::fused::Inst::Load(o)
+                        if levels[i] == Level::Element || regions.len() == 1 =>
+                    {
+                        reads[*o as usize] += 1
+                    }
+                    crate::fused::Inst::Load(o) => reads[*o as usize] = reads[*o as usize].max(1),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let read: f64 = kids
+        .iter()
+        .zip(&reads)
+        .map(|(&k, &r)| {
+            bytes(g, k)
+                * if r == 0 {
+                    0.0
+                } else {
+                    1.0 + 0.25 * (r - 1) as f64
+                }
+        })
+        .sum();
+    let extra_outputs: f64 = p.outputs[1..]
+        .iter()
+        .map(|o| {
+            crate::fused::eval::shape_of(p, &o.access)
+                .iter()
+                .product::<usize>() as f64
+                * 4.0
+        })
+        .sum();
+    LAUNCH_NS + (read + out_bytes + extra_outputs) / BYTES_PER_NS + p.flops() as f64 / FLOPS_PER_NS
+}
+
+/// How fused a node is: extraction starts from the most fused choice (fewest stored values)
+/// and lets local moves store values where that is cheaper.
+fn fusion_size(n: &ENode) -> usize {
+    match &n.head {
+        Head::MatmulEpilogue(p) => 100_000 + p.insts.len(),
+        Head::Op(Op::Matmul, _) => 100_000,
+        Head::Kernel(p) => 1 + p.insts.len(),
+        _ => 0,
+    }
+}
+
+/// Extracts from `root` with the class levels `level` (see the module docs), starting from
+/// `previous` where it names a valid node (else from the most fused node), improving for at
+/// most `budget`.
+pub fn extract(
+    g: &Graph,
+    root: Id,
+    level: &HashMap<Id, u64>,
+    previous: Option<&HashMap<Id, ENode>>,
+    budget: Duration,
+) -> Choice {
+    let start = Instant::now();
+    let lvl = |c: Id| level.get(&g.find(c)).copied().unwrap_or(u64::MAX);
+    // classes in level order
+    let mut classes: Vec<Id> = g.classes().map(|c| c.id).collect();
+    classes.sort_by_key(|&c| (lvl(c), c));
+    let previous: HashMap<Id, ENode> = previous
+        .map(|p| {
+            p.iter()
+                .map(|(&c, n)| {
+                    let mut n = n.clone();
+                    for k in n.kids.iter_mut() {
+                        *k = g.find(*k);
+                    }
+                    (g.find(c), n)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut own: HashMap<(Id, usize), f64> = HashMap::new();
+    // (preferred-by-previous, fusion size, -cost) of the chosen node; larger is better
+    let mut best: HashMap<Id, (f64, usize)> = HashMap::new();
+    let mut rank: HashMap<Id, (bool, usize, f64)> = HashMap::new();
+    for &c in &classes {
+        let lc = lvl(c);
+        let prev = previous.get(&c);
+        for (i, n) in g[c].nodes.iter().enumerate() {
+            if n.kids
+                .iter()
+                .any(|&k| lvl(k) >= lc || !best.contains_key(&g.find(k)))
+            {
+                continue;
+            }
+            let cost = node_cost(g, n);
+            own.insert((c, i), cost);
+            let is_prev = prev.is_some_and(|p| {
+                p.head == n.head && p.kids.iter().zip(&n.kids).all(|(&a, &b)| a == g.find(b))
+            });
+            let r = (is_prev, fusion_size(n), -cost);
+            if rank.get(&c).is_none_or(|old| r > *old) {
+                rank.insert(c, r);
+                best.insert(c, (cost, i));
+            }
+        }
+    }
+    let mut chosen: HashMap<Id, usize> = HashMap::new();
+    let mut refs: HashMap<Id, usize> = HashMap::new();
+    let root = g.find(root);
+    add_closure(g, &best, &mut chosen, &mut refs, root);
+    *refs.entry(root).or_default() += 1;
+    let cost_of =
+        |c: Id, i: usize, own: &HashMap<(Id, usize), f64>| own.get(&(c, i)).copied().unwrap_or(0.0);
+
+    // local improvement: each pass gives every chosen class its best single swap
+    for _pass in 0..6 {
+        let mut improved = false;
+        let mut order: Vec<Id> = chosen.keys().copied().collect();
+        order.sort_by_key(|&c| std::cmp::Reverse((lvl(c), c)));
+        for c in order {
+            if start.elapsed() > budget {
+                break;
+            }
+            let Some(&cur) = chosen.get(&c) else { continue };
+            let mut pick: Option<(f64, usize)> = None;
+            for i in 0..g[c].nodes.len() {
+                if i == cur || !own.contains_key(&(c, i)) {
+                    continue;
+                }
+                let delta = swap_delta(g, &best, &chosen, &refs, &own, c, cur, i);
+                if delta < -1e-3 && pick.is_none_or(|(d, _)| delta < d) {
+                    pick = Some((delta, i));
+                }
+            }
+            if let Some((_, i)) = pick {
+                apply_swap(g, &best, &mut chosen, &mut refs, c, cur, i);
+                improved = true;
+            }
+        }
+        if !improved || start.elapsed() > budget {
+            break;
+        }
+    }
+    let cost = chosen.iter().map(|(&c, &i)| cost_of(c, i, &own)).sum();
+    Choice {
+        node: chosen
+            .into_iter()
+            .map(|(c, i)| (c, g[c].nodes[i].clone()))
+            .collect(),
+        cost,
+    }
+}
+
+/// Chooses `c` (and, recursively, what its best node needs) if it is not chosen yet.
+fn add_closure(
+    g: &Graph,
+    best: &HashMap<Id, (f64, usize)>,
+    chosen: &mut HashMap<Id, usize>,
+    refs: &mut HashMap<Id, usize>,
+    c: Id,
+) {
+    let mut stack = vec![c];
+    while let Some(c) = stack.pop() {
+        if chosen.contains_key(&c) {
+            continue;
+        }
+        let i = best.get(&c).expect("an extractable class").1;
+        chosen.insert(c, i);
+        for &k in &g[c].nodes[i].kids {
+            let k = g.find(k);
+            *refs.entry(k).or_default() += 1;
+            if !chosen.contains_key(&k) {
+                stack.push(k);
+            }
+        }
+    }
+}
+
+/// The change of DAG cost if class `c` switched from node `from` to node `to`.
+#[allow(clippy::too_many_arguments)]
+fn swap_delta(
+    g: &Graph,
+    best: &HashMap<Id, (f64, usize)>,
+    chosen: &HashMap<Id, usize>,
+    refs: &HashMap<Id, usize>,
+    own: &HashMap<(Id, usize), f64>,
+    c: Id,
+    from: usize,
+    to: usize,
+) -> f64 {
+    let cost = |c: Id, i: usize| own.get(&(c, i)).copied().unwrap_or(0.0);
+    let mut delta = cost(c, to) - cost(c, from);
+    // reference changes, without touching the real counts
+    let mut diff: HashMap<Id, i64> = HashMap::new();
+    for &k in &g[c].nodes[from].kids {
+        *diff.entry(g.find(k)).or_default() -= 1;
+    }
+    for &k in &g[c].nodes[to].kids {
+        *diff.entry(g.find(k)).or_default() += 1;
+    }
+    // classes newly needed: their best closure not already chosen; what that closure reads of
+    // the chosen classes counts as references
+    let mut added: HashSet<Id> = HashSet::new();
+    let mut stack: Vec<Id> = diff
+        .iter()
+        .filter(|(k, d)| **d > 0 && !chosen.contains_key(k))
+        .map(|(k, _)| *k)
+        .collect();
+    while let Some(k) = stack.pop() {
+        if !added.insert(k) {
+            continue;
+        }
+        let Some(&(_, i)) = best.get(&k) else {
+            return f64::INFINITY;
+        };
+        delta += cost(k, i);
+        for &kk in &g[k].nodes[i].kids {
+            let kk = g.find(kk);
+            if chosen.contains_key(&kk) {
+                *diff.entry(kk).or_default() += 1;
+            } else {
+                stack.push(kk);
+            }
+        }
+    }
+    // classes no longer read: freed with what only they read
+    let mut count: HashMap<Id, i64> = HashMap::new();
+    let mut stack: Vec<Id> = Vec::new();
+    for (&k, &d) in &diff {
+        if d < 0 && chosen.contains_key(&k) {
+            let left = refs.get(&k).copied().unwrap_or(0) as i64 + d;
+            count.insert(k, left);
+            if left == 0 {
+                stack.push(k);
+            }
+        }
+    }
+    let mut freed: HashSet<Id> = HashSet::new();
+    while let Some(k) = stack.pop() {
+        if !freed.insert(k) || k == c {
+            continue;
+        }
+        let i = chosen[&k];
+        delta -= cost(k, i);
+        for &kk in &g[k].nodes[i].kids {
+            let kk = g.find(kk);
+            let left = count.entry(kk).or_insert_with(|| {
+                refs.get(&kk).copied().unwrap_or(0) as i64 + diff.get(&kk).copied().unwrap_or(0)
+            });
+            *left -= 1;
+            if *left == 0 && chosen.contains_key(&kk) {
+                stack.push(kk);
+            }
+        }
+    }
+    delta
+}
+
+/// Switches class `c` from node `from` to node `to`, updating what is chosen and the counts.
+fn apply_swap(
+    g: &Graph,
+    best: &HashMap<Id, (f64, usize)>,
+    chosen: &mut HashMap<Id, usize>,
+    refs: &mut HashMap<Id, usize>,
+    c: Id,
+    from: usize,
+    to: usize,
+) {
+    chosen.insert(c, to);
+    for &k in &g[c].nodes[to].kids {
+        let k = g.find(k);
+        *refs.entry(k).or_default() += 1;
+        if !chosen.contains_key(&k) {
+            add_closure(g, best, chosen, refs, k);
+        }
+    }
+    let mut stack: Vec<Id> = Vec::new();
+    for &k in &g[c].nodes[from].kids {
+        let k = g.find(k);
+        let r = refs.entry(k).or_default();
+        *r -= 1;
+        if *r == 0 {
+            stack.push(k);
+        }
+    }
+    while let Some(k) = stack.pop() {
+        let Some(i) = chosen.remove(&k) else { continue };
+        refs.remove(&k);
+        for &kk in &g[k].nodes[i].kids {
+            let kk = g.find(kk);
+            let r = refs.entry(kk).or_default();
+            *r -= 1;
+            if *r == 0 {
+                stack.push(kk);
+            }
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! Fusion rules: each adds, to a consumer's e-class, a fused kernel that computes the consumer
+//! with one of its producers inlined ([`Program::inline`]). The consumer's unfused form stays
+//! in the class; extraction decides which to keep, so a value several kernels read may be
+//! stored once or recomputed in each, whichever the cost model prefers.
+//!
+//! Every fusible e-node has a program view ([`program_of`]): an elementwise primitive is a
+//! one-op map, a reduction a one-phase program, a view op (permute, transpose, unsqueeze,
+//! squeeze, broadcast) a map whose access renames axes, a constant or `iota` a map without
+//! operands, a kernel its own program. Fusion only ever grows the *largest* kernel of a class
+//! with the *largest* kernel of a producer's class, so each class gains at most one kernel per
+//! operand and iteration, and depth doubles per iteration: saturation stays linear in the graph.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
+use sinter_ir::{DType, Op, TensorType, key};
+
+use super::analysis::Graph;
+use super::lang::{ENode, Head, Interned};
+use crate::fused::{Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
+
+/// The program view of `node` (see the module docs), or `None` for nodes that are not fusible
+/// (matmul, convolution, concat, ...). `consumer` excludes the nodes that are fused only as
+/// producers (views, literals): on their own they would be copies.
+pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> {
+    let kid_ty = |i: usize| g[node.kids[i]].data.ty.clone();
+    let out = |g: &Graph| super::analysis::node_type(g, node);
+    let bound = |program: Program| {
+        Some(Bound {
+            program,
+            operands: node.kids.iter().map(|&k| g.find(k)).collect(),
+        })
+    };
+    match &node.head {
+        Head::Kernel(p) => bound((**p).clone()),
+        Head::Op(op, attrs) => {
+            let op = *op;
+            if let Some(scalar) = Scalar::of(op) {
+                let scalar = if op == Op::Gelu && attrs.of(key::APPROXIMATE) == "tanh" {
+                    Scalar::GeluTanh
+                } else {
+                    scalar
+                };
+                let args: Vec<Arg> = (0..node.kids.len())
+                    .map(|i| Arg::Operand(kid_ty(i)))
+                    .collect();
+                let ty = out(g);
+                return bound(Program::map(&ty.shape, scalar, &args, ty.dtype));
+            }
+            match op {
+                Op::Cast => {
+                    let ty = out(g);
+                    bound(Program::map(
+                        &ty.shape,
+                        Scalar::Cast(ty.dtype),
+                        &[Arg::Operand(kid_ty(0))],
+                        ty.dtype,
+                    ))
+                }
+                Op::Sum | Op::Max | Op::Min => {
+                    let combine = match op {
+                        Op::Sum => Combine::Sum,
+                        Op::Max => Combine::Max,
+                        _ => Combine::Min,
+                    };
+                    let shape = kid_ty(0).shape;
+                    bound(Program::reduction(
+                        &shape,
+                        &attrs.of(key::AXES),
+                        attrs.of(key::KEEPDIM),
+                        combine,
+                        DType::F32,
+                    ))
+                }
+                Op::Argmax => {
+                    let shape = kid_ty(0).shape;
+                    bound(Program::reduction(
+                        &shape,
+                        &[attrs.of(key::AXIS)],
+                        attrs.of(key::KEEPDIM),
+                        Combine::ArgMax,
+                        DType::F32,
+                    ))
+                }
+                _ if consumer => None,
+                Op::Constant => {
+                    let v = attrs.of(key::VALUE) as f32;
+                    bound(Program::map(
+                        &[],
+                        Scalar::Cast(DType::F32),
+                        &[Arg::Const(v)],
+                        DType::F32,
+                    ))
+                }
+                Op::Iota => {
+                    let shape = attrs.of(key::SHAPE);
+                    let rank = shape.len();
+                    let arg = Arg::Coord {
+                        axis: attrs.of(key::AXIS),
+                        rank,
+                    };
+                    bound(Program::map(
+                        &shape,
+                        Scalar::Cast(DType::F32),
+                        &[arg],
+                        DType::F32,
+                    ))
+                }
+                Op::Permute
+                | Op::Transpose
+                | Op::Unsqueeze
+                | Op::Squeeze
+                | Op::BroadcastTo
+                | Op::Reshape => view_program(&kid_ty(0), &out(g), node).and_then(bound),
+                _ => None,
+            }
+        }
+        Head::Leaf(_) | Head::MatmulEpilogue(_) | Head::Root => None,
+    }
+}
+
+/// A view op as a copy program whose operand access maps the view's axes onto the input's.
+/// `reshape` qualifies when it only inserts or removes extent-1 axes.
+fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Program> {
+    let (op, attrs) = node.ir()?;
+    let rank = out.rank();
+    // For each input axis: the output axis that indexes it (None: extent 1).
+    let src: Vec<Option<usize>> = match op {
+        Op::Permute => {
+            let perm = attrs.of(key::PERM);
+            (0..input.rank())
+                .map(|a| perm.iter().position(|&p| p == a))
+                .collect()
+        }
+        Op::Transpose => {
+            let (d0, d1) = (attrs.of(key::DIM0), attrs.of(key::DIM1));
+            (0..input.rank())
+                .map(|a| {
+                    Some(if a == d0 {
+                        d1
+                    } else if a == d1 {
+                        d0
+                    } else {
+                        a
+                    })
+                })
+                .collect()
+        }
+        Op::Unsqueeze => {
+            let axis = attrs.of(key::AXIS);
+            (0..input.rank())
+                .map(|a| Some(if a < axis { a } else { a + 1 }))
+                .collect()
+        }
+        Op::Squeeze => {
+            let axis = attrs.of(key::AXIS);
+            (0..input.rank())
+                .map(|a| match a.cmp(&axis) {
+                    std::cmp::Ordering::Less => Some(a),
+                    std::cmp::Ordering::Equal => None,
+                    std::cmp::Ordering::Greater => Some(a - 1),
+                })
+                .collect()
+        }
+        Op::BroadcastTo => {
+            let lead = rank - input.rank();
+            (0..input.rank()).map(|a| Some(lead + a)).collect()
+        }
+        Op::Reshape => {
+            // only extent-1 axes inserted or removed: match the other axes in order
+            let big_in: Vec<usize> = (0..input.rank()).filter(|&a| input.shape[a] != 1).collect();
+            let big_out: Vec<usize> = (0..rank).filter(|&a| out.shape[a] != 1).collect();
+            if big_in.len() != big_out.len()
+                || big_in
+                    .iter()
+                    .zip(&big_out)
+                    .any(|(&a, &b)| input.shape[a] != out.shape[b])
+            {
+                return None;
+            }
+            (0..input.rank())
+                .map(|a| big_in.iter().position(|&x| x == a).map(|i| big_out[i]))
+                .collect()
+        }
+        _ => return None,
+    };
+    let axes = src
+        .iter()
+        .enumerate()
+        .map(|(a, s)| match s {
+            Some(o) if input.shape[a] != 1 => Axis::Space(*o as u8),
+            _ => Axis::One,
+        })
+        .collect();
+    let mut p = Program::map(&out.shape, Scalar::Cast(input.dtype), &[], input.dtype);
+    // replace the map's body with a load of the one operand through `axes`
+    p.operands = vec![Access {
+        dtype: input.dtype,
+        axes,
+    }];
+    p.insts = vec![Inst::Load(0)];
+    p.outputs = vec![Output {
+        value: 0,
+        access: crate::fused::broadcast_access(input.dtype, &out.shape, &out.shape),
+    }];
+    p.check().ok()?;
+    Some(p)
+}
+
+/// A kernel node by program and canonical operands.
+type KernelKey = (Interned<Program>, Vec<Id>);
+
+/// What the fusion rules share: the attempts already made, the classes each fused kernel
+/// computes inside itself, and the barrier of classes that must not be inlined (the values a
+/// previous extraction stores, so that a second round builds each stored value's kernel up to
+/// the other stored values).
+#[derive(Default)]
+pub struct State {
+    tried: Mutex<HashSet<(ENode, usize, ENode)>>,
+    absorbed: Mutex<HashMap<KernelKey, Arc<Vec<Id>>>>,
+    pub barrier: HashSet<Id>,
+}
+
+impl State {
+    /// A fresh state for a round with `barrier`, keeping what kernels absorbed (with their
+    /// operands and absorbed classes re-canonicalized in `g`).
+    pub fn next_round(&self, g: &Graph, barrier: HashSet<Id>) -> State {
+        let old = self.absorbed.lock().expect("not poisoned");
+        let absorbed = old
+            .iter()
+            .map(|((p, kids), inner)| {
+                let kids = kids.iter().map(|&k| g.find(k)).collect();
+                let inner = inner.iter().map(|&k| g.find(k)).collect();
+                ((p.clone(), kids), Arc::new(inner))
+            })
+            .collect();
+        State {
+            tried: Mutex::new(HashSet::new()),
+            absorbed: Mutex::new(absorbed),
+            barrier,
+        }
+    }
+
+    /// The classes a kernel node computes inside itself.
+    fn inside(&self, g: &Graph, node: &ENode) -> Option<Arc<Vec<Id>>> {
+        let Head::Kernel(p) = &node.head else {
+            return None;
+        };
+        let kids: Vec<Id> = node.kids.iter().map(|&k| g.find(k)).collect();
+        self.absorbed
+            .lock()
+            .expect("not poisoned")
+            .get(&(p.clone(), kids))
+            .cloned()
+    }
+
+    /// Whether `node` computes a barrier class inside itself.
+    fn crosses_barrier(&self, g: &Graph, node: &ENode) -> bool {
+        !self.barrier.is_empty()
+            && self
+                .inside(g, node)
+                .is_some_and(|inner| inner.iter().any(|&c| self.barrier.contains(&g.find(c))))
+    }
+
+    fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
+        if let Head::Kernel(p) = &node.head {
+            let kids = node.kids.iter().map(|&k| g.find(k)).collect();
+            self.absorbed
+                .lock()
+                .expect("not poisoned")
+                .entry((p.clone(), kids))
+                .or_insert_with(|| Arc::new(inner));
+        }
+    }
+}
+
+/// The largest fusible node of class `c` (most classes computed inside, then most
+/// instructions) that does not compute a barrier class inside itself.
+pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode, Bound<Id>)> {
+    let mut best: Option<((usize, usize), ENode, Bound<Id>)> = None;
+    for node in &g[c].nodes {
+        if consumer && !matches!(node.head, Head::Kernel(_) | Head::Op(..)) {
+            continue;
+        }
+        if state.crosses_barrier(g, node) {
+            continue;
+        }
+        let Some(b) = program_of(g, node, consumer) else {
+            continue;
+        };
+        let inside = state.inside(g, node).map_or(0, |v| v.len());
+        let size = (inside, b.program.insts.len());
+        if best.as_ref().is_none_or(|(s, _, _)| size > *s) {
+            best = Some((size, node.clone(), b));
+        }
+    }
+    best.map(|(_, n, b)| (n, b))
+}
+
+/// `consumer(.., producer(xs), ..) = fused(.., xs, ..)`: the consumer's largest kernel with
+/// one producer's largest kernel inlined.
+pub struct Fuse {
+    state: Arc<State>,
+}
+
+/// The operand index of a match, carried in the substitution.
+fn operand_var() -> Var {
+    "?operand".parse().expect("a variable name")
+}
+
+impl Searcher<ENode, super::analysis::Types> for Fuse {
+    fn search_eclass_with_limit(
+        &self,
+        g: &Graph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, ENode>> {
+        let state = &self.state;
+        let (node, _) = largest(g, eclass, true, state)?;
+        let mut substs = Vec::new();
+        let tried = state.tried.lock().expect("not poisoned");
+        for (i, &kid) in node.kids.iter().enumerate() {
+            let kid = g.find(kid);
+            if kid == g.find(eclass) || substs.len() >= limit || state.barrier.contains(&kid) {
+                continue;
+            }
+            let Some((producer, _)) = largest(g, kid, false, state) else {
+                continue;
+            };
+            if tried.contains(&(node.clone(), i, producer)) {
+                continue;
+            }
+            let mut s = Subst::with_capacity(1);
+            s.insert(operand_var(), Id::from(i));
+            substs.push(s);
+        }
+        (!substs.is_empty()).then(|| SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![operand_var()]
+    }
+}
+
+impl Applier<ENode, super::analysis::Types> for Fuse {
+    fn apply_one(
+        &self,
+        g: &mut Graph,
+        eclass: Id,
+        subst: &Subst,
+        _: Option<&PatternAst<ENode>>,
+        _: Symbol,
+    ) -> Vec<Id> {
+        let i: usize = subst[operand_var()].into();
+        let state = &self.state;
+        let Some((node, consumer)) = largest(g, eclass, true, state) else {
+            return Vec::new();
+        };
+        if i >= node.kids.len() || state.barrier.contains(&g.find(node.kids[i])) {
+            return Vec::new();
+        }
+        let Some((pnode, producer)) = largest(g, node.kids[i], false, state) else {
+            return Vec::new();
+        };
+        if !state
+            .tried
+            .lock()
+            .expect("not poisoned")
+            .insert((node.clone(), i, pnode.clone()))
+        {
+            return Vec::new();
+        }
+        let Some(merged) = consumer.inline(i, &producer) else {
+            return Vec::new();
+        };
+        let mut inner: Vec<Id> = vec![g.find(node.kids[i])];
+        for n in [&node, &pnode] {
+            if let Some(more) = state.inside(g, n) {
+                inner.extend(more.iter().copied());
+            }
+        }
+        let fused = ENode::new(Head::Kernel(Interned::new(merged.program)), merged.operands);
+        state.record(g, &fused, inner);
+        let id = g.add(fused);
+        if g.union(id, eclass) {
+            vec![id]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// An operand slot of a matmul epilogue: the product, or an e-class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Slot {
+    Product,
+    Class(Id),
+}
+
+/// `f(.., a @ b, ..) = matmul_epilogue[f](a, b, ..)`: an elementwise consumer of a matrix
+/// product (or of an epilogue already fused into one) applied as the product is stored.
+pub struct Epilogue {
+    state: Arc<State>,
+}
+
+/// The matmul-like node of class `c`: `(a, b, epilogue program, extra operands)`, the plain
+/// product having the identity epilogue.
+fn product_of(g: &Graph, c: Id) -> Option<(Id, Id, Bound<Slot>)> {
+    for node in &g[c].nodes {
+        match &node.head {
+            Head::Op(Op::Matmul, _) => {
+                let ty = &g[c].data.ty;
+                let p = Program::map(
+                    &ty.shape,
+                    Scalar::Cast(DType::F32),
+                    &[Arg::Operand(ty.clone())],
+                    DType::F32,
+                );
+                return Some((
+                    node.kids[0],
+                    node.kids[1],
+                    Bound {
+                        program: p,
+                        operands: vec![Slot::Product],
+                    },
+                ));
+            }
+            Head::MatmulEpilogue(p) => {
+                let mut operands = vec![Slot::Product];
+                operands.extend(node.kids[2..].iter().map(|&k| Slot::Class(k)));
+                return Some((
+                    node.kids[0],
+                    node.kids[1],
+                    Bound {
+                        program: (**p).clone(),
+                        operands,
+                    },
+                ));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+impl Searcher<ENode, super::analysis::Types> for Epilogue {
+    fn search_eclass_with_limit(
+        &self,
+        g: &Graph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, ENode>> {
+        let (node, consumer) = largest(g, eclass, true, &self.state)?;
+        if !consumer.program.reduce.is_empty() {
+            return None;
+        }
+        let mut substs = Vec::new();
+        for (i, &kid) in node.kids.iter().enumerate() {
+            if substs.len() >= limit {
+                break;
+            }
+            if product_of(g, kid).is_some() && identity_access(&consumer.program, i) {
+                let mut s = Subst::with_capacity(1);
+                s.insert(operand_var(), Id::from(i));
+                substs.push(s);
+            }
+        }
+        (!substs.is_empty()).then(|| SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![operand_var()]
+    }
+}
+
+/// Whether `p` reads operand `i` at exactly its own domain point (no broadcast or permutation).
+fn identity_access(p: &Program, i: usize) -> bool {
+    let axes = &p.operands[i].axes;
+    axes.len() == p.domain.len()
+        && axes
+            .iter()
+            .enumerate()
+            .all(|(j, a)| *a == Axis::Space(j as u8) || (p.domain[j] == 1 && *a == Axis::One))
+}
+
+impl Applier<ENode, super::analysis::Types> for Epilogue {
+    fn apply_one(
+        &self,
+        g: &mut Graph,
+        eclass: Id,
+        subst: &Subst,
+        _: Option<&PatternAst<ENode>>,
+        _: Symbol,
+    ) -> Vec<Id> {
+        let i: usize = subst[operand_var()].into();
+        let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
+            return Vec::new();
+        };
+        let Some((a, b, producer)) = node.kids.get(i).and_then(|&k| product_of(g, k)) else {
+            return Vec::new();
+        };
+        let consumer = Bound {
+            program: consumer.program,
+            operands: consumer.operands.iter().map(|&k| Slot::Class(k)).collect(),
+        };
+        let Some(merged) = consumer.inline(i, &producer) else {
+            return Vec::new();
+        };
+        if !merged.program.reduce.is_empty() {
+            return Vec::new();
+        }
+        let Some(at) = merged.operands.iter().position(|&s| s == Slot::Product) else {
+            return Vec::new();
+        };
+        if !identity_access(&merged.program, at) {
+            return Vec::new();
+        }
+        // the product becomes operand 0
+        let (program, kids) = with_operand_first(merged.program, &merged.operands, at);
+        let mut all = vec![a, b];
+        all.extend(kids.into_iter().map(|s| match s {
+            Slot::Class(k) => k,
+            Slot::Product => unreachable!("moved first"),
+        }));
+        let fused = ENode::new(Head::MatmulEpilogue(Interned::new(program)), all);
+        let id = g.add(fused);
+        if g.union(id, eclass) {
+            vec![id]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// `p` with operand `at` moved to position 0; returns the program and the other operands.
+fn with_operand_first<K: Copy>(mut p: Program, operands: &[K], at: usize) -> (Program, Vec<K>) {
+    let order: Vec<usize> = std::iter::once(at)
+        .chain((0..operands.len()).filter(|&o| o != at))
+        .collect();
+    let mut new_index = vec![0u32; operands.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new as u32;
+    }
+    p.operands = order.iter().map(|&o| p.operands[o].clone()).collect();
+    for inst in &mut p.insts {
+        if let Inst::Load(o) = inst {
+            *o = new_index[*o as usize];
+        }
+    }
+    let rest = order[1..].iter().map(|&o| operands[o]).collect();
+    (p, rest)
+}
+
+/// The fusion rule set, sharing `state`.
+pub fn rules(state: Arc<State>) -> Vec<Rewrite<ENode, super::analysis::Types>> {
+    vec![
+        Rewrite::new(
+            "fuse-producer",
+            Fuse {
+                state: state.clone(),
+            },
+            Fuse {
+                state: state.clone(),
+            },
+        )
+        .expect("a valid rule"),
+        Rewrite::new(
+            "fuse-matmul-epilogue",
+            Epilogue {
+                state: state.clone(),
+            },
+            Epilogue { state },
+        )
+        .expect("a valid rule"),
+    ]
+}

@@ -1,0 +1,655 @@
+//! The `optimize` pass: equality saturation over the decomposed training step, then
+//! extraction of the cheapest equivalent kernel graph.
+//!
+//! 1. **Build** an e-graph ([`lang`]) from the graph: one e-class per value, the IR's ops with
+//!    their attributes as data, one root over the outputs and assign sources. The analysis
+//!    ([`analysis`]) gives every class its type by the IR's own rules.
+//! 2. **Rewrite**, rule set by rule set, each run bounded in iterations, e-nodes and time, and
+//!    reported: algebra and layout identities ([`rules`]) to a fixed point, then fusion
+//!    ([`fusion`]), which adds fused kernels beside the ops they replace.
+//! 3. **Extract** ([`extract`]) one node per needed class with a DAG cost model of launches,
+//!    bytes and arithmetic.
+//! 4. **Merge siblings**: independent fused kernels over one iteration space that read a common
+//!    value become one kernel with several outputs (a parameter's optimizer update writes the
+//!    parameter and both moments in one pass).
+//!
+//! The result is a [`KernelGraph`] for lowering. `--no-opt` skips this pass.
+
+pub mod analysis;
+pub mod extract;
+pub mod fusion;
+pub mod lang;
+pub mod rules;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use egg::{Id, Rewrite, Runner, StopReason};
+use sinter_ir::{Graph, ValueDef, ValueId};
+
+use crate::fused::{Bound, merge_siblings};
+use crate::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp};
+use analysis::Types;
+use lang::{ENode, Head};
+
+/// Bounds of one rule set's saturation.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub iterations: usize,
+    pub nodes: usize,
+    pub time: Duration,
+}
+
+/// What the optimizer did, for `--dump-after optimize` and `sinter inspect`.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub sets: Vec<SetReport>,
+    pub extraction_time: Duration,
+    /// Estimated cost (ns) of the graph as given and as extracted.
+    pub cost_before: f64,
+    pub cost_after: f64,
+    /// Kernels merged as siblings.
+    pub siblings_merged: usize,
+    pub egraph_nodes: usize,
+    pub egraph_classes: usize,
+    pub total_time: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct SetReport {
+    pub name: &'static str,
+    pub iterations: usize,
+    pub stop: String,
+    pub nodes: usize,
+    pub classes: usize,
+    pub time: Duration,
+    /// `(rule, times applied)`, in rule order.
+    pub applied: Vec<(String, usize)>,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.sets {
+            writeln!(
+                f,
+                "rule set {}: {} iteration(s), stopped: {}, {} e-nodes, {} e-classes, {:.1} ms",
+                s.name,
+                s.iterations,
+                s.stop,
+                s.nodes,
+                s.classes,
+                s.time.as_secs_f64() * 1e3
+            )?;
+            for (rule, n) in &s.applied {
+                if *n > 0 {
+                    writeln!(f, "  {rule}: applied {n} time(s)")?;
+                }
+            }
+        }
+        writeln!(
+            f,
+            "extraction: {:.1} ms, estimated cost {:.1} us -> {:.1} us; {} sibling kernel(s) merged",
+            self.extraction_time.as_secs_f64() * 1e3,
+            self.cost_before / 1e3,
+            self.cost_after / 1e3,
+            self.siblings_merged
+        )?;
+        write!(
+            f,
+            "optimize: {:.1} ms in all, e-graph of {} e-nodes in {} e-classes",
+            self.total_time.as_secs_f64() * 1e3,
+            self.egraph_nodes,
+            self.egraph_classes
+        )
+    }
+}
+
+/// Default bounds: generous for graphs of a few thousand ops, and a node limit that scales with
+/// the graph.
+pub fn default_limits(graph_nodes: usize) -> (Limits, Limits) {
+    let algebra = Limits {
+        iterations: 8,
+        nodes: 4 * graph_nodes + 10_000,
+        time: Duration::from_secs(5),
+    };
+    let fusion = Limits {
+        iterations: 12,
+        nodes: 12 * graph_nodes + 20_000,
+        time: Duration::from_secs(10),
+    };
+    (algebra, fusion)
+}
+
+/// Optimizes a decomposed graph (see the module docs).
+pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
+    let start = Instant::now();
+    let (algebra_limits, fusion_limits) = default_limits(g.nodes.len());
+    let mut built = build(g);
+    let mut report = Report::default();
+    let cost_before = {
+        let choice = original_choice(&built);
+        choice
+            .iter()
+            .map(|(_, n)| extract::node_cost(&built.egraph, n))
+            .sum()
+    };
+    let mut rules = rules::algebra();
+    rules.extend(rules::layout());
+    let egraph = std::mem::take(&mut built.egraph);
+    let (egraph, set) = run_set("algebra+layout", egraph, &rules, algebra_limits);
+    report.sets.push(set);
+    let state = std::sync::Arc::new(fusion::State::default());
+    let (egraph, set) = run_set(
+        "fusion",
+        egraph,
+        &fusion::rules(state.clone()),
+        fusion_limits,
+    );
+    report.sets.push(set);
+    built.egraph = egraph;
+    let t = Instant::now();
+    let choice = extract_round(&built, g, None);
+    report.extraction_time += t.elapsed();
+    // Second round: each stored value's kernel rebuilt up to the other stored values, then
+    // extraction again from the first round's choice.
+    let barrier = stored(&built.egraph, &choice);
+    let state = std::sync::Arc::new(state.next_round(&built.egraph, barrier));
+    let egraph = std::mem::take(&mut built.egraph);
+    let (egraph, set) = run_set(
+        "fusion up to stored values",
+        egraph,
+        &fusion::rules(state),
+        fusion_limits,
+    );
+    report.sets.push(set);
+    built.egraph = egraph;
+    let t = Instant::now();
+    let choice = extract_round(&built, g, Some(&choice.node));
+    report.extraction_time += t.elapsed();
+    report.cost_before = cost_before;
+    report.cost_after = choice.cost;
+    report.egraph_nodes = built.egraph.total_number_of_nodes();
+    report.egraph_classes = built.egraph.number_of_classes();
+    if std::env::var("SINTER_DEBUG_EGRAPH").is_ok() {
+        for c in built.egraph.classes() {
+            eprintln!("class {} ({}):", c.id, c.data.ty);
+            for n in &c.nodes {
+                let kids: Vec<String> = n
+                    .kids
+                    .iter()
+                    .map(|k| built.egraph.find(*k).to_string())
+                    .collect();
+                let size = match &n.head {
+                    Head::Kernel(p) => p.insts.len(),
+                    _ => 0,
+                };
+                eprintln!(
+                    "   {n} [{}] size {size} cost {:.1}",
+                    kids.join(","),
+                    extract::node_cost(&built.egraph, n)
+                );
+            }
+        }
+    }
+    let mut kg = to_kernel_graph(&built, g, &choice);
+    report.siblings_merged = merge_all_siblings(&mut kg);
+    report.total_time = start.elapsed();
+    (kg, report)
+}
+
+fn extract_round(b: &Built, g: &Graph, previous: Option<&HashMap<Id, ENode>>) -> extract::Choice {
+    let levels = levels(b, g);
+    let root = b.egraph.find(b.root);
+    extract::extract(&b.egraph, root, &levels, previous, Duration::from_secs(2))
+}
+
+/// The classes an extraction stores: those computed by a kernel (not views, literals or
+/// leaves).
+fn stored(g: &analysis::Graph, choice: &extract::Choice) -> HashSet<Id> {
+    choice
+        .node
+        .iter()
+        .filter(|(_, n)| extract::node_cost(g, n) > 0.0)
+        .map(|(&c, _)| g.find(c))
+        .collect()
+}
+
+/// The e-graph of a source graph.
+struct Built {
+    egraph: analysis::Graph,
+    /// The class of every source value.
+    class_of: Vec<Id>,
+    root: Id,
+}
+
+fn build(g: &Graph) -> Built {
+    let leaves = g
+        .values
+        .iter()
+        .map(|v| (!matches!(v.def, ValueDef::Node { .. })).then(|| v.ty.clone()))
+        .collect();
+    let mut egraph = analysis::Graph::new(Types { leaves });
+    let mut class_of = vec![Id::from(0usize); g.values.len()];
+    for v in g.value_ids() {
+        if g.value(v).is_leaf() {
+            class_of[v.index()] = egraph.add(ENode::new(Head::Leaf(v), Vec::new()));
+        }
+    }
+    for node in &g.nodes {
+        debug_assert_eq!(node.outputs.len(), 1, "primitives have one result");
+        let kids = node.inputs.iter().map(|&i| class_of[i.index()]).collect();
+        let id = egraph.add(ENode::op(node.op, node.attrs.clone(), kids));
+        class_of[node.outputs[0].index()] = id;
+    }
+    let mut roots: Vec<Id> = g.outputs.iter().map(|&v| class_of[v.index()]).collect();
+    roots.extend(g.assigns.iter().map(|a| class_of[a.source.index()]));
+    let root = egraph.add(ENode::new(Head::Root, roots));
+    egraph.rebuild();
+    Built {
+        egraph,
+        class_of,
+        root,
+    }
+}
+
+/// The source graph's own nodes, one per class: the cost of not optimizing.
+fn original_choice(b: &Built) -> Vec<(Id, ENode)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for &c in &b.class_of {
+        let c = b.egraph.find(c);
+        if seen.insert(c)
+            && let Some(n) = b.egraph[c].nodes.first()
+        {
+            out.push((c, n.clone()));
+        }
+    }
+    out
+}
+
+fn run_set(
+    name: &'static str,
+    egraph: analysis::Graph,
+    rules: &[Rewrite<ENode, Types>],
+    limits: Limits,
+) -> (analysis::Graph, SetReport) {
+    let t = Instant::now();
+    let runner = Runner::default()
+        .with_egraph(egraph)
+        .with_iter_limit(limits.iterations)
+        .with_node_limit(limits.nodes)
+        .with_time_limit(limits.time)
+        .with_scheduler(egg::SimpleScheduler)
+        .run(rules);
+    let stop = match &runner.stop_reason {
+        Some(StopReason::Saturated) => "saturated".to_string(),
+        Some(StopReason::IterationLimit(n)) => format!("iteration limit ({n})"),
+        Some(StopReason::NodeLimit(n)) => format!("e-node limit ({n})"),
+        Some(StopReason::TimeLimit(s)) => format!("time limit ({s:.1} s)"),
+        Some(StopReason::Other(s)) => s.clone(),
+        None => "not run".to_string(),
+    };
+    let mut applied: Vec<(String, usize)> = rules.iter().map(|r| (r.name.to_string(), 0)).collect();
+    for it in &runner.iterations {
+        for (rule, n) in &it.applied {
+            if let Some(e) = applied
+                .iter_mut()
+                .find(|(r, _)| r.as_str() == rule.as_str())
+            {
+                e.1 += n;
+            }
+        }
+    }
+    let report = SetReport {
+        name,
+        iterations: runner.iterations.len(),
+        stop,
+        nodes: runner.egraph.total_number_of_nodes(),
+        classes: runner.egraph.number_of_classes(),
+        time: t.elapsed(),
+        applied,
+    };
+    let mut egraph = runner.egraph;
+    egraph.rebuild();
+    (egraph, report)
+}
+
+/// The level of every class (see [`extract`]): source values by topological position (the
+/// lowest where classes merged), classes that rewrites made one above their operands.
+fn levels(b: &Built, g: &Graph) -> HashMap<Id, u64> {
+    const STRIDE: u64 = 1 << 16;
+    let eg = &b.egraph;
+    let mut level: HashMap<Id, u64> = HashMap::new();
+    for v in g.value_ids() {
+        let c = eg.find(b.class_of[v.index()]);
+        let l = (v.index() as u64 + 1) * STRIDE;
+        let e = level.entry(c).or_insert(l);
+        *e = (*e).min(l);
+    }
+    level.insert(eg.find(b.root), u64::MAX - 1);
+    // classes made by rewrites: in id order, which is creation order
+    let mut ids: Vec<Id> = eg.classes().map(|c| c.id).collect();
+    ids.sort();
+    loop {
+        let mut changed = false;
+        for &c in &ids {
+            if level.contains_key(&c) {
+                continue;
+            }
+            let candidate = eg[c]
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    n.kids
+                        .iter()
+                        .map(|&k| level.get(&eg.find(k)).copied())
+                        .try_fold(0u64, |m, l| l.map(|l| m.max(l)))
+                })
+                .min();
+            if let Some(l) = candidate {
+                level.insert(c, l + 1);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    level
+}
+
+/// The kernel graph of an extraction: chosen nodes in dependency order.
+fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGraph {
+    let eg = &b.egraph;
+    let mut kg = KernelGraph {
+        name: g.name.clone(),
+        ..KernelGraph::default()
+    };
+    // leaves first, in source order, so that the artifact's manifest keeps its order
+    let mut value_of: HashMap<Id, ValueId> = HashMap::new();
+    for v in g.value_ids() {
+        let value = g.value(v);
+        let def = match &value.def {
+            ValueDef::Input => KDef::Input,
+            ValueDef::Param(i) => KDef::Param(i.clone()),
+            ValueDef::State(i) => KDef::State(i.clone()),
+            ValueDef::Node { .. } => continue,
+        };
+        let id = ValueId(kg.values.len() as u32);
+        kg.values.push(KValue {
+            name: value.name.clone(),
+            ty: value.ty.clone(),
+            def,
+        });
+        value_of.entry(eg.find(b.class_of[v.index()])).or_insert(id);
+    }
+    // a name for each class: the first source value in it
+    let mut name_of: HashMap<Id, &str> = HashMap::new();
+    for v in g.value_ids() {
+        name_of
+            .entry(eg.find(b.class_of[v.index()]))
+            .or_insert(g.name_of(v));
+    }
+    let mut used_names: HashSet<String> = kg.values.iter().map(|v| v.name.clone()).collect();
+    // post-order from the root
+    let root = eg.find(b.root);
+    let mut order = Vec::new();
+    let mut state: HashMap<Id, bool> = HashMap::new(); // false: entered, true: done
+    let mut stack = vec![(root, false)];
+    while let Some((c, exit)) = stack.pop() {
+        if exit {
+            state.insert(c, true);
+            order.push(c);
+            continue;
+        }
+        if state.contains_key(&c) {
+            continue;
+        }
+        state.insert(c, false);
+        stack.push((c, true));
+        for &k in choice.node[&c].kids.iter().rev() {
+            let k = eg.find(k);
+            if !state.contains_key(&k) {
+                stack.push((k, false));
+            }
+        }
+    }
+    let sources = SourceOps::new(b, g, choice);
+    for c in order {
+        if c == root || value_of.contains_key(&c) {
+            continue;
+        }
+        let node = &choice.node[&c];
+        let inputs: Vec<ValueId> = node.kids.iter().map(|&k| value_of[&eg.find(k)]).collect();
+        let ty = eg[c].data.ty.clone();
+        let name = match name_of.get(&c) {
+            Some(n) if !used_names.contains(*n) => n.to_string(),
+            _ => (kg.values.len()..)
+                .map(|i| format!("_k{i}"))
+                .find(|n| !used_names.contains(n) && g.lookup(n).is_none())
+                .expect("a free name"),
+        };
+        used_names.insert(name.clone());
+        let index = kg.nodes.len();
+        let out = kg.add_value(name.clone(), ty, index, 0);
+        let (op, absorbed) = match &node.head {
+            Head::Op(op, attrs) => (
+                KernelOp::Ir(*op, (**attrs).clone()),
+                vec![format!("{name} = {}", op.name())],
+            ),
+            Head::Kernel(p) => (
+                KernelOp::Fused(Box::new((**p).clone())),
+                sources.absorbed(c, &node.kids),
+            ),
+            Head::MatmulEpilogue(p) => (
+                KernelOp::MatmulEpilogue(Box::new((**p).clone())),
+                sources.absorbed(c, &node.kids),
+            ),
+            Head::Leaf(_) | Head::Root => unreachable!("leaves and the root are not kernels"),
+        };
+        kg.nodes.push(KNode {
+            op,
+            inputs,
+            outputs: vec![out],
+            sources: if absorbed.is_empty() {
+                vec![format!("{name} = {}", node)]
+            } else {
+                absorbed
+            },
+        });
+        value_of.insert(c, out);
+    }
+    kg.outputs = g
+        .outputs
+        .iter()
+        .map(|&v| {
+            (
+                g.name_of(v).to_string(),
+                value_of[&eg.find(b.class_of[v.index()])],
+            )
+        })
+        .collect();
+    // assign targets are leaves: their new ids
+    let leaf_id = |v: ValueId| value_of[&eg.find(b.class_of[v.index()])];
+    kg.assigns = g
+        .assigns
+        .iter()
+        .map(|a| {
+            (
+                leaf_id(a.target),
+                value_of[&eg.find(b.class_of[a.source.index()])],
+            )
+        })
+        .collect();
+    kg
+}
+
+/// Which source ops a fused kernel absorbed: the source values between its operands (or any
+/// other stored value) and the class it computes.
+struct SourceOps<'a> {
+    b: &'a Built,
+    g: &'a Graph,
+    /// The last source value of each class.
+    value_in: HashMap<Id, ValueId>,
+    /// Classes the extraction stores (their values are another kernel's outputs).
+    stored: HashSet<Id>,
+}
+
+impl<'a> SourceOps<'a> {
+    fn new(b: &'a Built, g: &'a Graph, choice: &extract::Choice) -> Self {
+        let value_in = g
+            .value_ids()
+            .map(|v| (b.egraph.find(b.class_of[v.index()]), v))
+            .collect();
+        SourceOps {
+            b,
+            g,
+            value_in,
+            stored: choice.node.keys().copied().collect(),
+        }
+    }
+
+    fn absorbed(&self, c: Id, kids: &[Id]) -> Vec<String> {
+        let eg = &self.b.egraph;
+        let stops: HashSet<Id> = kids.iter().map(|&k| eg.find(k)).collect();
+        let Some(&start) = self.value_in.get(&c) else {
+            return Vec::new();
+        };
+        let mut out = BTreeSet::new();
+        let mut stack = vec![start];
+        let mut seen = HashSet::new();
+        while let Some(v) = stack.pop() {
+            let class = eg.find(self.b.class_of[v.index()]);
+            if !seen.insert(v)
+                || stops.contains(&class)
+                || (v != start && self.stored.contains(&class))
+            {
+                continue;
+            }
+            let Some(n) = self.g.producer(v) else {
+                continue;
+            };
+            let node = self.g.node(n);
+            out.insert((v, format!("{} = {}", self.g.name_of(v), node.op.name())));
+            stack.extend(node.inputs.iter().copied());
+        }
+        out.into_iter().map(|(_, s)| s).collect()
+    }
+}
+
+/// Merges independent fused kernels of one iteration space that read a common value (see
+/// [`merge_siblings`]); returns how many merges were made.
+fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
+    let mut merged = 0;
+    loop {
+        let Some((a, b)) = find_siblings(kg) else {
+            return merged;
+        };
+        merge_pair(kg, a, b);
+        merged += 1;
+    }
+}
+
+/// Two fused nodes `a < b` of one space, sharing an input, with no path from `a` to `b`.
+fn find_siblings(kg: &KernelGraph) -> Option<(usize, usize)> {
+    let space = |n: &KNode| match &n.op {
+        KernelOp::Fused(p) => Some((p.domain.clone(), p.reduce.clone())),
+        _ => None,
+    };
+    let mut by_input: HashMap<ValueId, Vec<usize>> = HashMap::new();
+    for (i, n) in kg.nodes.iter().enumerate() {
+        if space(n).is_some() {
+            for &v in &n.inputs {
+                let list = by_input.entry(v).or_default();
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
+            }
+        }
+    }
+    let mut inputs: Vec<&ValueId> = by_input.keys().collect();
+    inputs.sort();
+    for v in inputs {
+        let users = &by_input[v];
+        for (x, &a) in users.iter().enumerate() {
+            for &b in &users[x + 1..] {
+                if space(&kg.nodes[a]) == space(&kg.nodes[b]) && !reaches(kg, a, b) {
+                    let (pa, pb) = (fused(&kg.nodes[a]), fused(&kg.nodes[b]));
+                    if merge_siblings(&pa, &pb).is_some() {
+                        return Some((a, b));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+fn fused(n: &KNode) -> Bound<ValueId> {
+    match &n.op {
+        KernelOp::Fused(p) => Bound {
+            program: (**p).clone(),
+            operands: n.inputs.clone(),
+        },
+        _ => unreachable!("a fused node"),
+    }
+}
+
+/// Whether node `b` depends on node `a` (`a < b` in topological order).
+fn reaches(kg: &KernelGraph, a: usize, b: usize) -> bool {
+    let mut reached: HashSet<ValueId> = kg.nodes[a].outputs.iter().copied().collect();
+    for n in &kg.nodes[a + 1..=b] {
+        if n.inputs.iter().any(|i| reached.contains(i)) {
+            reached.extend(n.outputs.iter().copied());
+        }
+    }
+    kg.nodes[b].outputs.iter().any(|o| reached.contains(o))
+}
+
+/// Replaces node `b` by nothing and node `a` by the merge of both, placed where `b` was (after
+/// every input of both, before every consumer of both: nothing between them reads `a`'s
+/// outputs... so `a` moves down to `b`'s place).
+fn merge_pair(kg: &mut KernelGraph, a: usize, b: usize) {
+    let m = merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).expect("checked");
+    let mut outputs = kg.nodes[a].outputs.clone();
+    outputs.extend(kg.nodes[b].outputs.iter().copied());
+    let mut sources = kg.nodes[a].sources.clone();
+    sources.extend(kg.nodes[b].sources.iter().cloned());
+    let node = KNode {
+        op: KernelOp::Fused(Box::new(m.program)),
+        inputs: m.operands,
+        outputs,
+        sources,
+    };
+    // Nodes between a and b that read a's outputs must move after the merged node.
+    let a_outs: HashSet<ValueId> = kg.nodes[a].outputs.iter().copied().collect();
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    let mut moved: HashSet<ValueId> = a_outs.clone();
+    for n in kg.nodes.drain(a + 1..b) {
+        if n.inputs.iter().any(|i| moved.contains(i)) {
+            moved.extend(n.outputs.iter().copied());
+            after.push(n);
+        } else {
+            before.push(n);
+        }
+    }
+    // now kg.nodes[a] is a, kg.nodes[a + 1] is b
+    kg.nodes.remove(a + 1);
+    kg.nodes.remove(a);
+    let mut tail: Vec<KNode> = kg.nodes.drain(a..).collect();
+    kg.nodes.extend(before);
+    kg.nodes.push(node);
+    kg.nodes.extend(after);
+    kg.nodes.append(&mut tail);
+    renumber(kg);
+}
+
+/// Recomputes every value's defining node index after nodes moved.
+fn renumber(kg: &mut KernelGraph) {
+    for (i, n) in kg.nodes.iter().enumerate() {
+        for (j, &o) in n.outputs.iter().enumerate() {
+            kg.values[o.index()].def = KDef::Node { node: i, index: j };
+        }
+    }
+}
