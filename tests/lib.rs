@@ -130,10 +130,32 @@ pub fn check_graph_gpu(
     options: &sinter_compiler::Options,
 ) -> Vec<(String, f64)> {
     let inputs = random_inputs(graph, 7, int_bound, overrides);
+    let mut errors = Vec::new();
+    for (name, got, want) in gpu_and_interpreter(graph, &inputs, options) {
+        let err = relative_error(&got.data, &want.data);
+        assert!(
+            err <= tol,
+            "output `{name}`: GPU differs from the interpreter by {err:e} (tolerance {tol:e})\n got  {:?}\n want {:?}",
+            &got.data[..got.data.len().min(16)],
+            &want.data[..want.data.len().min(16)]
+        );
+        errors.push((name, err));
+    }
+    errors
+}
+
+/// Runs `graph` (autodiff included) on `inputs` in the interpreter and on the GPU; returns
+/// every output as `(name, GPU value, interpreter value)`. Panics, naming the stage, when
+/// either fails or the types differ.
+pub fn gpu_and_interpreter(
+    graph: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    options: &sinter_compiler::Options,
+) -> Vec<(String, Tensor, Tensor)> {
     let expanded = sinter_ir::expand::expand_composites(graph);
     let differentiated = sinter_compiler::autodiff::differentiate(&expanded)
         .unwrap_or_else(|e| panic!("autodiff: {e}"));
-    let want = evaluate(&differentiated.graph, &inputs, &HashMap::new())
+    let want = evaluate(&differentiated.graph, inputs, &HashMap::new())
         .unwrap_or_else(|e| panic!("interpreter: {e}"));
     let compiled =
         sinter_compiler::compile(graph, options).unwrap_or_else(|e| panic!("compile: {e}"));
@@ -144,23 +166,23 @@ pub fn check_graph_gpu(
         .collect();
     let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
-    let mut errors = Vec::new();
-    for (name, expected) in &want.outputs {
-        let actual = got
-            .get(name)
-            .unwrap_or_else(|| panic!("GPU run lacks output `{name}`"))
-            .to_interp();
-        assert_eq!(actual.ty, expected.ty, "output `{name}` type");
-        let err = relative_error(&actual.data, &expected.data);
-        assert!(
-            err <= tol,
-            "output `{name}`: GPU differs from the interpreter by {err:e} (tolerance {tol:e})\n got  {:?}\n want {:?}",
-            &actual.data[..actual.data.len().min(16)],
-            &expected.data[..expected.data.len().min(16)]
-        );
-        errors.push((name.clone(), err));
-    }
-    errors
+    want.outputs
+        .into_iter()
+        .map(|(name, expected)| {
+            let actual = got
+                .get(&name)
+                .unwrap_or_else(|| panic!("GPU run lacks output `{name}`"))
+                .to_interp();
+            assert_eq!(actual.ty, expected.ty, "output `{name}` type");
+            (name, actual, expected)
+        })
+        .collect()
+}
+
+/// `values` rounded to f32, as a GPU stores them: an f64 result past the f32 range becomes
+/// ±inf, as the f32 computation overflows.
+pub fn round_to_f32(values: &[f64]) -> Vec<f64> {
+    values.iter().map(|&v| f64::from(v as f32)).collect()
 }
 
 /// The source of a bundled example (`ir-spec/examples/NAME.sir`).

@@ -18,7 +18,7 @@ pub mod memory;
 pub mod optimize;
 pub mod schedule;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use sinter_ir::artifact::{
@@ -178,6 +178,8 @@ fn run_passes(
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let mut artifact = pack(&kgraph, &sched, &mem, options)?;
     artifact.optimizer = summary;
+    let mut warnings = warnings;
+    warnings.extend(loop_warnings(&artifact));
     let dot = if options.dot {
         vec![("before", unoptimized.to_dot()), ("after", kgraph.to_dot())]
     } else {
@@ -229,6 +231,32 @@ fn optimizer_summary(
     }
 }
 
+/// A warning per kernel whose invocations loop more often than Mesa's software Vulkan allows
+/// (the runtime refuses to run those dispatches there).
+fn loop_warnings(artifact: &Artifact) -> Vec<String> {
+    let mut worst: Vec<Option<(usize, u64)>> = vec![None; artifact.kernels.len()];
+    for (i, d) in artifact.dispatches.iter().enumerate() {
+        let w = &mut worst[d.kernel as usize];
+        if d.loop_iterations > codegen::LOOP_BUDGET && w.is_none_or(|(_, n)| d.loop_iterations > n)
+        {
+            *w = Some((i, d.loop_iterations));
+        }
+    }
+    worst
+        .iter()
+        .zip(&artifact.kernels)
+        .filter_map(|(w, k)| {
+            let (dispatch, n) = (*w)?;
+            Some(format!(
+                "kernel `{}` (dispatch {dispatch}) runs {n} loop iterations per invocation; \
+                 Mesa's software Vulkan (lavapipe) ends loops after {} and will refuse to run it",
+                k.name,
+                codegen::LOOP_BUDGET
+            ))
+        })
+        .collect()
+}
+
 /// i32 inputs that index something (embedding ids, class labels), by name, with the number of
 /// rows or classes they index; found before decomposition, where the ops that index are whole.
 pub fn index_bounds(g: &Graph) -> HashMap<String, usize> {
@@ -258,6 +286,9 @@ fn pack(
 ) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
+    // The ops each kernel covers, as a set beside the ordered list, so that a kernel shared by
+    // many dispatches is not scanned per dispatch.
+    let mut ops_seen: Vec<HashSet<String>> = Vec::new();
     let mut dispatches = Vec::new();
     let mut req = Requirements {
         max_compute_invocations_per_workgroup: codegen::WORKGROUP,
@@ -270,7 +301,7 @@ fn pack(
             Some(&i) => {
                 let k = &mut kernels[i as usize];
                 for op in &step.ops {
-                    if !k.ops.contains(op) {
+                    if ops_seen[i as usize].insert(op.clone()) {
                         k.ops.push(op.clone());
                     }
                 }
@@ -295,8 +326,10 @@ fn pack(
                     arena_bindings: src.arenas.len() as u32,
                     loops_bounded: true,
                     rules: step.rules.clone(),
+                    param_words: src.params.len() as u32,
                 });
                 by_text.insert(src.wgsl.clone(), i);
+                ops_seen.push(step.ops.iter().cloned().collect());
                 i
             }
         };
@@ -317,6 +350,8 @@ fn pack(
             arenas: src.arenas,
             params: src.params,
             workgroups: src.workgroups,
+            loop_iterations: src.loop_iterations,
+            address_words: src.address_words,
         });
     }
     let arena_size = |bytes: u64| bytes.max(4);
@@ -331,11 +366,20 @@ fn pack(
     req.max_buffer_size = largest;
 
     let (tensors, blob) = tensor_slots(graph, sched, mem);
+    let declared: HashMap<sinter_ir::ValueId, usize> = sched
+        .buffers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| match b.kind {
+            BufferKind::Persistent(v) | BufferKind::Input(v) => Some((v, i)),
+            BufferKind::Temp => None,
+        })
+        .collect();
     let assigns = sched
         .assigns
         .iter()
         .map(|(target, view)| {
-            let t = mem.placements[target_buffer(sched, *target)];
+            let t = mem.placements[declared[target]];
             let s = mem.placements[view.buffer.0 as usize];
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
@@ -385,14 +429,6 @@ fn pack(
         .check()
         .map_err(|e| CompileError::Internal(e.to_string()))?;
     Ok(artifact)
-}
-
-fn target_buffer(sched: &Schedule, value: sinter_ir::ValueId) -> usize {
-    sched
-        .buffers
-        .iter()
-        .position(|b| b.kind == BufferKind::Persistent(value) || b.kind == BufferKind::Input(value))
-        .expect("every declaration has a buffer")
 }
 
 /// The I/O manifest and the initial-value blob.

@@ -7,8 +7,17 @@
 //! (greedy-by-size best fit). When a buffer does not fit under the storage-binding limit in
 //! any arena, a new arena is opened.
 //!
+//! Greedy-by-size looks at every pair of buffers live together, which is quadratic when
+//! thousands are (the activations a training step keeps for its backward pass). Past a budget
+//! of such pairs per buffer the plan places buffers in order of their first step instead, each
+//! in the smallest free block of a free list (linear scan, O(n log n)). Every step of the plan is
+//! O(n log n) plus the pairs greedy-by-size is allowed to visit.
+//!
 //! The lower bound reported beside the peak is the largest total size of buffers live at one
 //! moment: no placement can use less.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use crate::error::CompileError;
 use crate::schedule::{BufferKind, Schedule};
@@ -36,7 +45,7 @@ pub struct MemoryPlan {
 }
 
 fn aligned(bytes: u64) -> u64 {
-    bytes.div_ceil(ALIGN).max(1) * ALIGN
+    bytes.div_ceil(ALIGN).max(1).saturating_mul(ALIGN)
 }
 
 /// Live interval of every buffer.
@@ -92,35 +101,43 @@ pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileErr
     let mut placements: Vec<Option<Placement>> = vec![None; sizes.len()];
     let mut arenas: Vec<u64> = Vec::new();
 
-    // Persistent buffers first, in declaration order, packed from the start of the arenas.
-    let persistent: Vec<usize> = (0..sizes.len())
-        .filter(|&b| matches!(sched.buffers[b].kind, BufferKind::Persistent(_)))
-        .collect();
-    let mut order: Vec<usize> = (0..sizes.len())
-        .filter(|b| !persistent.contains(b))
-        .collect();
-    order.sort_by_key(|&b| (std::cmp::Reverse(sizes[b]), live[b].0, b));
-
-    for b in persistent.into_iter().chain(order) {
+    // Persistent buffers first, in declaration order, stacked from the start of the arenas
+    // (they are all live together, so no gap between them could be reused).
+    let is_persistent = |b: usize| matches!(sched.buffers[b].kind, BufferKind::Persistent(_));
+    for b in (0..sizes.len()).filter(|&b| is_persistent(b)) {
         let size = aligned(sizes[b]);
-        let mut chosen = None;
-        for arena in 0..=arenas.len() {
-            let offset = best_fit(arena as u32, live[b], size, &placements, &sizes, &live);
-            if offset + size <= max_binding {
-                chosen = Some(Placement {
-                    arena: arena as u32,
-                    offset,
-                });
-                break;
+        let arena = match arenas.last() {
+            Some(&top) if top + size <= max_binding => arenas.len() - 1,
+            _ => {
+                arenas.push(0);
+                arenas.len() - 1
             }
-        }
-        let p = chosen.expect("an empty arena fits any buffer under the limit");
-        if p.arena as usize == arenas.len() {
-            arenas.push(0);
-        }
-        arenas[p.arena as usize] = arenas[p.arena as usize].max(p.offset + size);
-        placements[b] = Some(p);
+        };
+        placements[b] = Some(Placement {
+            arena: arena as u32,
+            offset: arenas[arena],
+        });
+        arenas[arena] += size;
     }
+    let rest: Vec<usize> = (0..sizes.len()).filter(|&b| !is_persistent(b)).collect();
+    let aligned_sizes: Vec<u64> = sizes.iter().map(|&s| aligned(s)).collect();
+    let mut layout = Layout {
+        sizes: &aligned_sizes,
+        live: &live,
+        max_binding,
+        placements,
+        arenas,
+    };
+    if overlapping_pairs(&rest, &live) <= GREEDY_PAIR_BUDGET_PER_BUFFER * rest.len() as u64 {
+        layout.greedy_by_size(rest);
+    } else {
+        layout.linear_scan(rest);
+    }
+    let Layout {
+        placements,
+        mut arenas,
+        ..
+    } = layout;
     if arenas.is_empty() {
         arenas.push(ALIGN);
     }
@@ -146,33 +163,271 @@ pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileErr
     })
 }
 
-fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
-    a.0 <= b.1 && b.0 <= a.1
+/// Greedy-by-size enumerates, for every buffer, the placed buffers whose lifetimes overlap its
+/// own; past this many overlapping pairs per buffer (a training graph keeps thousands of
+/// activations live at once) the plan switches to [`Layout::linear_scan`], which is
+/// O(n log n) whatever the overlap.
+const GREEDY_PAIR_BUDGET_PER_BUFFER: u64 = 64;
+
+/// Offsets being assigned: a placement per buffer (persistent ones already placed) and the
+/// size of every arena so far.
+struct Layout<'a> {
+    /// Aligned sizes.
+    sizes: &'a [u64],
+    live: &'a [(u32, u32)],
+    max_binding: u64,
+    placements: Vec<Option<Placement>>,
+    arenas: Vec<u64>,
 }
 
-/// The offset of the smallest gap that fits `size` among buffers in `arena` whose lifetimes
-/// overlap `interval`; the top of those buffers when no gap fits.
-fn best_fit(
-    arena: u32,
-    interval: (u32, u32),
-    size: u64,
-    placements: &[Option<Placement>],
-    sizes: &[u64],
-    live: &[(u32, u32)],
-) -> u64 {
-    let mut busy: Vec<(u64, u64)> = placements
+impl Layout<'_> {
+    fn place(&mut self, b: usize, p: Placement) {
+        if p.arena as usize == self.arenas.len() {
+            self.arenas.push(0);
+        }
+        let top = &mut self.arenas[p.arena as usize];
+        *top = (*top).max(p.offset + self.sizes[b]);
+        self.placements[b] = Some(p);
+    }
+
+    /// Largest first, each in the smallest gap between the placed buffers whose lifetimes
+    /// overlap its own (greedy-by-size best fit); a new arena when none has room.
+    fn greedy_by_size(&mut self, mut order: Vec<usize>) {
+        order.sort_by_key(|&b| (std::cmp::Reverse(self.sizes[b]), self.live[b].0, b));
+        let mut placed = PlacedIndex::new(self.live);
+        for (b, p) in self.placements.iter().enumerate() {
+            if p.is_some() {
+                placed.insert(b);
+            }
+        }
+        let mut overlapping = Vec::new();
+        let mut busy = Vec::new();
+        for b in order {
+            let size = self.sizes[b];
+            overlapping.clear();
+            placed.overlapping(self.live[b], &mut overlapping);
+            let mut arena = 0;
+            let offset = loop {
+                busy.clear();
+                busy.extend(overlapping.iter().filter_map(|&o| {
+                    let p = self.placements[o].expect("indexed buffers are placed");
+                    (p.arena == arena).then(|| (p.offset, p.offset + self.sizes[o]))
+                }));
+                let offset = best_fit(&mut busy, size);
+                if offset + size <= self.max_binding {
+                    break offset;
+                }
+                arena += 1;
+            };
+            self.place(b, Placement { arena, offset });
+            placed.insert(b);
+        }
+    }
+
+    /// In order of first step, each buffer in the smallest free block of an arena at that
+    /// step (best fit over a free list that buffers return to after their last step), else on
+    /// top; a new arena when none has room. O(n log n).
+    fn linear_scan(&mut self, mut order: Vec<usize>) {
+        order.sort_by_key(|&b| (self.live[b].0, std::cmp::Reverse(self.sizes[b]), b));
+        let mut ending: BinaryHeap<Reverse<(u32, usize)>> = BinaryHeap::new();
+        let mut free: Vec<FreeList> = Vec::new();
+        for b in order {
+            let start = self.live[b].0;
+            while let Some(&Reverse((last, done))) = ending.peek() {
+                if last >= start {
+                    break;
+                }
+                ending.pop();
+                let p = self.placements[done].expect("ending buffers are placed");
+                free[p.arena as usize].release(p.offset, self.sizes[done]);
+            }
+            let size = self.sizes[b];
+            let mut arena = 0;
+            let offset = loop {
+                if arena == free.len() {
+                    let top = self.arenas.get(arena).copied().unwrap_or(0);
+                    free.push(FreeList::new(top));
+                }
+                if let Some(offset) = free[arena].take(size, self.max_binding) {
+                    break offset;
+                }
+                arena += 1;
+            };
+            self.place(
+                b,
+                Placement {
+                    arena: arena as u32,
+                    offset,
+                },
+            );
+            ending.push(Reverse((self.live[b].1, b)));
+        }
+    }
+}
+
+/// The free byte ranges of one arena below its current top, by offset and by size.
+struct FreeList {
+    by_offset: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+    /// Everything from here up is free.
+    top: u64,
+}
+
+impl FreeList {
+    fn new(top: u64) -> FreeList {
+        FreeList {
+            by_offset: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            top,
+        }
+    }
+
+    fn remove(&mut self, offset: u64, size: u64) {
+        self.by_offset.remove(&offset);
+        self.by_size.remove(&(size, offset));
+    }
+
+    /// The offset of `size` bytes: the smallest free block that fits, else the top (merged
+    /// with a free block just below it), if that stays within `limit`.
+    fn take(&mut self, size: u64, limit: u64) -> Option<u64> {
+        if let Some(&(block, offset)) = self.by_size.range((size, 0)..).next() {
+            self.remove(offset, block);
+            if block > size {
+                self.insert(offset + size, block - size);
+            }
+            return Some(offset);
+        }
+        let mut start = self.top;
+        if let Some((&offset, &block)) = self.by_offset.last_key_value()
+            && offset + block == self.top
+        {
+            start = offset;
+        }
+        if start + size > limit {
+            return None;
+        }
+        if start < self.top {
+            let block = self.top - start;
+            self.remove(start, block);
+        }
+        self.top = start + size;
+        Some(start)
+    }
+
+    fn insert(&mut self, offset: u64, size: u64) {
+        self.by_offset.insert(offset, size);
+        self.by_size.insert((size, offset));
+    }
+
+    /// Returns a block, merging it with free neighbours (and into the top).
+    fn release(&mut self, mut offset: u64, mut size: u64) {
+        if let Some((&before, &len)) = self.by_offset.range(..offset).next_back()
+            && before + len == offset
+        {
+            self.remove(before, len);
+            offset = before;
+            size += len;
+        }
+        if let Some(&len) = self.by_offset.get(&(offset + size)) {
+            self.remove(offset + size, len);
+            size += len;
+        }
+        if offset + size == self.top {
+            self.top = offset;
+        } else {
+            self.insert(offset, size);
+        }
+    }
+}
+
+/// How many pairs of `buffers` are live at one step together (counted by sorting, without
+/// enumerating them).
+fn overlapping_pairs(buffers: &[usize], live: &[(u32, u32)]) -> u64 {
+    let mut ends: Vec<u32> = buffers.iter().map(|&b| live[b].1).collect();
+    ends.sort_unstable();
+    let n = buffers.len() as u64;
+    // A pair is disjoint when one ends before the other starts.
+    let disjoint: u64 = buffers
         .iter()
-        .enumerate()
-        .filter_map(|(b, p)| {
-            let p = (*p)?;
-            (p.arena == arena && overlaps(live[b], interval))
-                .then(|| (p.offset, p.offset + aligned(sizes[b])))
-        })
-        .collect();
+        .map(|&b| ends.partition_point(|&e| e < live[b].0) as u64)
+        .sum();
+    n * n.saturating_sub(1) / 2 - disjoint
+}
+
+/// The buffers placed so far, found by lifetime: a max-tree over the buffers sorted by first
+/// step, whose leaves hold the last step of each placed buffer. The placed buffers overlapping an
+/// interval are found in O((k + 1) log n) for k results, so planning a long chain of short-lived
+/// buffers stays O(n log n) instead of scanning every placement per buffer.
+struct PlacedIndex {
+    /// Buffers sorted by first step, and that step.
+    order: Vec<usize>,
+    starts: Vec<u32>,
+    /// Position of each buffer in `order`.
+    position: Vec<usize>,
+    /// Leaves `leaves..2 * leaves`; each node holds the largest last step of a placed buffer
+    /// below it, or -1.
+    tree: Vec<i64>,
+    leaves: usize,
+    last: Vec<u32>,
+}
+
+impl PlacedIndex {
+    fn new(live: &[(u32, u32)]) -> PlacedIndex {
+        let mut order: Vec<usize> = (0..live.len()).collect();
+        order.sort_by_key(|&b| (live[b].0, b));
+        let starts = order.iter().map(|&b| live[b].0).collect();
+        let mut position = vec![0; live.len()];
+        for (i, &b) in order.iter().enumerate() {
+            position[b] = i;
+        }
+        let leaves = live.len().next_power_of_two().max(1);
+        PlacedIndex {
+            order,
+            starts,
+            position,
+            tree: vec![-1; 2 * leaves],
+            leaves,
+            last: live.iter().map(|l| l.1).collect(),
+        }
+    }
+
+    fn insert(&mut self, buffer: usize) {
+        let mut node = self.leaves + self.position[buffer];
+        self.tree[node] = i64::from(self.last[buffer]);
+        while node > 1 {
+            node /= 2;
+            self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
+        }
+    }
+
+    /// Appends to `out` every placed buffer whose lifetime overlaps `interval`.
+    fn overlapping(&self, interval: (u32, u32), out: &mut Vec<usize>) {
+        // Candidates start no later than the interval ends: a prefix of `order`.
+        let prefix = self.starts.partition_point(|&s| s <= interval.1);
+        let first = i64::from(interval.0);
+        let mut stack = vec![(1usize, 0usize, self.leaves)];
+        while let Some((node, lo, hi)) = stack.pop() {
+            if lo >= prefix || self.tree[node] < first {
+                continue;
+            }
+            if hi - lo == 1 {
+                out.push(self.order[lo]);
+                continue;
+            }
+            let mid = (lo + hi) / 2;
+            stack.push((2 * node + 1, mid, hi));
+            stack.push((2 * node, lo, mid));
+        }
+    }
+}
+
+/// The offset of the smallest gap that fits `size` among the `busy` byte ranges (sorted here);
+/// the top of them when no gap fits.
+fn best_fit(busy: &mut [(u64, u64)], size: u64) -> u64 {
     busy.sort_unstable();
     let mut best: Option<(u64, u64)> = None; // (gap size, offset)
     let mut cursor = 0;
-    for (start, end) in busy {
+    for &(start, end) in busy.iter() {
         if start > cursor {
             let gap = start - cursor;
             if gap >= size && best.is_none_or(|(g, _)| gap < g) {
@@ -184,18 +439,22 @@ fn best_fit(
     best.map_or(cursor, |(_, offset)| offset)
 }
 
+/// The largest total size of buffers live at one step, by a sweep over start and end events.
 fn lower_bound(live: &[(u32, u32)], sizes: &[u64]) -> u64 {
-    let end = live.iter().map(|l| l.1).max().unwrap_or(0);
-    (0..=end)
-        .map(|t| {
-            live.iter()
-                .zip(sizes)
-                .filter(|(l, _)| l.0 <= t && t <= l.1)
-                .map(|(_, &s)| s)
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0)
+    // (step, change): a buffer counts from its first step through its last.
+    let mut events: Vec<(u64, i128)> = Vec::with_capacity(2 * live.len());
+    for (l, &s) in live.iter().zip(sizes) {
+        events.push((u64::from(l.0), i128::from(s)));
+        events.push((u64::from(l.1) + 1, -i128::from(s)));
+    }
+    // At one step, ends (negative) apply before starts.
+    events.sort_unstable();
+    let (mut current, mut peak) = (0i128, 0i128);
+    for (_, change) in events {
+        current += change;
+        peak = peak.max(current);
+    }
+    peak as u64
 }
 
 #[cfg(test)]
@@ -203,21 +462,86 @@ mod tests {
     use super::*;
 
     #[test]
-    fn best_fit_reuses_dead_space() {
-        // Two buffers live at different times share one offset.
-        let sizes = [64, 64];
-        let live = [(0, 1), (2, 3)];
-        let placements = [
-            Some(Placement {
-                arena: 0,
-                offset: 0,
-            }),
-            None,
-        ];
-        assert_eq!(best_fit(0, live[1], 64, &placements, &sizes, &live), 0);
-        // Overlapping lifetimes stack.
-        let live = [(0, 2), (2, 3)];
-        assert_eq!(best_fit(0, live[1], 64, &placements, &sizes, &live), 64);
+    fn best_fit_takes_the_smallest_gap() {
+        assert_eq!(best_fit(&mut [], 64), 0);
+        // Gaps of 64 at 0 and of 32 at 96: a 32-byte buffer takes the smaller one.
+        assert_eq!(best_fit(&mut [(128, 192), (64, 96)], 32), 96);
+        assert_eq!(best_fit(&mut [(64, 96), (128, 192)], 64), 0);
+        assert_eq!(best_fit(&mut [(0, 64)], 64), 64);
+    }
+
+    #[test]
+    fn placed_index_finds_exactly_the_overlapping_placed_buffers() {
+        let live = [(0, 1), (2, 3), (1, 2), (5, 9), (0, 9), (4, 4)];
+        let mut index = PlacedIndex::new(&live);
+        for b in [0, 1, 3, 5] {
+            index.insert(b);
+        }
+        for interval in [(0, 0), (1, 2), (3, 4), (4, 8), (0, 9), (10, 12)] {
+            let mut got = Vec::new();
+            index.overlapping(interval, &mut got);
+            got.sort();
+            let want: Vec<usize> = [0, 1, 3, 5]
+                .into_iter()
+                .filter(|&b| live[b].0 <= interval.1 && interval.0 <= live[b].1)
+                .collect();
+            assert_eq!(got, want, "{interval:?}");
+        }
+    }
+
+    /// Both strategies on pseudo-random lifetimes and sizes: buffers live together never share
+    /// bytes, every arena stays under the limit, and linear scan's free list stays consistent.
+    #[test]
+    fn both_strategies_keep_live_buffers_apart() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..40 {
+            let n = 1 + next(60) as usize;
+            let live: Vec<(u32, u32)> = (0..n)
+                .map(|_| {
+                    let a = next(30) as u32;
+                    (a, a + next(12) as u32)
+                })
+                .collect();
+            let sizes: Vec<u64> = (0..n).map(|_| aligned(1 + next(300))).collect();
+            let max_binding = 1024;
+            let mut layout = Layout {
+                sizes: &sizes,
+                live: &live,
+                max_binding,
+                placements: vec![None; n],
+                arenas: Vec::new(),
+            };
+            if round % 2 == 0 {
+                layout.greedy_by_size((0..n).collect());
+            } else {
+                layout.linear_scan((0..n).collect());
+            }
+            let p: Vec<Placement> = layout.placements.iter().map(|p| p.unwrap()).collect();
+            for a in 0..n {
+                assert!(p[a].offset + sizes[a] <= max_binding);
+                for b in a + 1..n {
+                    let together = live[a].0 <= live[b].1 && live[b].0 <= live[a].1;
+                    let shared = p[a].arena == p[b].arena
+                        && p[a].offset < p[b].offset + sizes[b]
+                        && p[b].offset < p[a].offset + sizes[a];
+                    assert!(!(together && shared), "round {round}: {a} and {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_pairs_counts_without_enumerating() {
+        let live = [(0, 1), (1, 2), (3, 4), (0, 9)];
+        // (0,1)-(1,2), (0,1)-(0,9), (1,2)-(0,9), (3,4)-(0,9)
+        assert_eq!(overlapping_pairs(&[0, 1, 2, 3], &live), 4);
+        assert_eq!(overlapping_pairs(&[], &live), 0);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use crate::types::TensorType;
 
 pub const MAGIC: [u8; 8] = *b"SINTART\0";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
 
 /// A compiled graph.
@@ -126,6 +126,9 @@ pub struct Kernel {
     /// The rewrite rules that built this kernel (empty for a kernel of one source op).
     #[serde(default)]
     pub rules: Vec<String>,
+    /// Words (u32) of the param block the shader declares; every dispatch of the kernel ships
+    /// exactly this many.
+    pub param_words: u32,
 }
 
 /// One dispatch of a kernel.
@@ -137,6 +140,12 @@ pub struct Dispatch {
     /// The param block: offsets (in elements), extents and strides, as u32 words.
     pub params: Vec<u32>,
     pub workgroups: [u32; 3],
+    /// The most loop iterations (back-edges of all loops together) one invocation runs, for
+    /// drivers that cap them (Mesa's lavapipe stops every loop after 65535).
+    pub loop_iterations: u64,
+    /// `[word, binding]`: param words that hold a base element offset into the arena bound at
+    /// arena binding `binding` (0-based); each must lie inside that arena.
+    pub address_words: Vec<[u32; 2]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -341,6 +350,7 @@ impl Artifact {
                     d.arenas, k.name
                 ));
             }
+            self.check_dispatch(i, d, k)?;
         }
         for t in &self.tensors {
             if !in_arena(t.arena, t.offset, t.size_bytes()) {
@@ -364,6 +374,74 @@ impl Artifact {
             {
                 return bad(format!("assign to `{}` lies outside its arena", a.target));
             }
+        }
+        Ok(())
+    }
+
+    /// A dispatch against its kernel and its arenas: a param block of the kernel's size (the
+    /// words a shader reads past the end of its block would be zeros), every address word
+    /// inside its arena, and no more workgroups than its arenas have words (every workgroup of
+    /// a sinter kernel writes words no other writes; the slack covers the rounding of a
+    /// workgroup count split over two dimensions).
+    fn check_dispatch(&self, i: usize, d: &Dispatch, k: &Kernel) -> Result<(), ArtifactError> {
+        let bad = |m: String| Err(ArtifactError::Inconsistent(m));
+        let name = &k.name;
+        if k.param_words == 0 || d.params.len() != k.param_words as usize {
+            return bad(format!(
+                "dispatch {i} of kernel `{name}` ships {} param words; the kernel's param block \
+                 has {}",
+                d.params.len(),
+                k.param_words
+            ));
+        }
+        let words = |binding: usize| {
+            d.arenas
+                .get(binding)
+                .and_then(|&a| self.arenas.get(a as usize))
+                .map(|a| a.size_bytes / 4)
+        };
+        for &[word, binding] in &d.address_words {
+            let Some(limit) = words(binding as usize) else {
+                return bad(format!(
+                    "dispatch {i} of kernel `{name}` names arena binding {binding}, which it \
+                     does not have"
+                ));
+            };
+            match d.params.get(word as usize) {
+                Some(&offset) if u64::from(offset) < limit => {}
+                Some(&offset) => {
+                    return bad(format!(
+                        "dispatch {i} of kernel `{name}`: param word {word} addresses element \
+                         {offset} of an arena of {limit} elements"
+                    ));
+                }
+                None => {
+                    return bad(format!(
+                        "dispatch {i} of kernel `{name}` names param word {word} of {}",
+                        d.params.len()
+                    ));
+                }
+            }
+        }
+        let per_dimension = self
+            .requirements
+            .max_compute_workgroups_per_dimension
+            .max(65535);
+        if let Some(w) = d.workgroups.iter().find(|&&w| w > per_dimension) {
+            return bad(format!(
+                "dispatch {i} of kernel `{name}` launches {w} workgroups along one dimension; \
+                 the artifact declares at most {per_dimension}"
+            ));
+        }
+        let total: u64 = d.workgroups.iter().map(|&w| u64::from(w)).product();
+        let bound: u64 = (0..d.arenas.len()).filter_map(words).sum::<u64>() + 65535;
+        if total == 0 || total > bound {
+            return bad(format!(
+                "dispatch {i} of kernel `{name}` launches {:?} workgroups, {total} in all, for \
+                 arenas of {} words",
+                d.workgroups,
+                bound - 65535
+            ));
         }
         Ok(())
     }

@@ -79,6 +79,75 @@ impl Diagnostic {
     }
 }
 
+/// A text with its invisible characters replaced by visible ones, and where each byte of the
+/// original went.
+struct Visible {
+    text: String,
+    /// `(original byte offset, shown byte offset)` at every replaced character and after it.
+    moves: Vec<(usize, usize)>,
+}
+
+impl Visible {
+    fn of(src: &str) -> Visible {
+        let mut text = String::with_capacity(src.len());
+        let mut moves = Vec::new();
+        for (at, c) in src.char_indices() {
+            match stand_in(c) {
+                Some(v) => {
+                    moves.push((at, text.len()));
+                    text.push(v);
+                    moves.push((at + c.len_utf8(), text.len()));
+                }
+                None => text.push(c),
+            }
+        }
+        Visible { text, moves }
+    }
+
+    /// Where byte `at` of the original is in the shown text.
+    fn offset(&self, at: usize) -> usize {
+        let i = self.moves.partition_point(|&(from, _)| from <= at);
+        match i.checked_sub(1).map(|i| self.moves[i]) {
+            Some((from, to)) => to + (at - from),
+            None => at,
+        }
+    }
+
+    fn span(&self, span: &Range<usize>) -> Range<usize> {
+        self.offset(span.start)..self.offset(span.end)
+    }
+}
+
+/// What a character that would not show is displayed as: C0 controls as their control
+/// pictures (`␀`, `␛`), delete as `␡`, other invisible characters as `�`. Newlines and tabs
+/// show as themselves.
+fn stand_in(c: char) -> Option<char> {
+    match c {
+        '\n' | '\t' => None,
+        '\0'..='\u{1f}' => char::from_u32(0x2400 + c as u32),
+        '\u{7f}' => Some('\u{2421}'),
+        c if is_invisible(c) => Some('\u{fffd}'),
+        _ => None,
+    }
+}
+
+/// Control characters and the format characters that print as nothing (soft hyphen, byte
+/// order mark, zero-width and bidirectional-override characters).
+pub fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}')
+}
+
+/// `text` with every character that would not show on a terminal replaced by a visible
+/// stand-in (see [`Diagnostics::render`]); newlines and tabs are kept.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(|c| stand_in(c).is_some()) {
+        std::borrow::Cow::Owned(Visible::of(text).text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// Keeps a span inside the source and on character boundaries, so rendering never fails.
 fn clamp(span: &Range<usize>, src: &str) -> Range<usize> {
     let fix = |mut i: usize| {
@@ -99,12 +168,26 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 impl Diagnostics {
     /// Renders every diagnostic like rustc does, without color:
     /// `error: msg`, `┌─ file:line:col`, the source line with a caret, then `= help: ...`.
+    ///
+    /// Characters that would not show on a terminal (control characters, a byte order mark,
+    /// zero-width and bidirectional-override characters) are shown as visible stand-ins — a
+    /// control picture such as `␀`, or `�` — so the caret has something to point at and the
+    /// file cannot drive the terminal; the file name gets the same treatment.
     pub fn render(&self, file_name: &str, src: &str) -> String {
-        let file = SimpleFile::new(file_name, src);
+        let shown = Visible::of(src);
+        let file_name = Visible::of(file_name).text;
+        let file = SimpleFile::new(file_name.as_str(), shown.text.as_str());
         let config = Config::default();
         let mut out = String::new();
         for d in &self.0 {
-            match term::emit_into_string(&config, &file, &d.to_report(src)) {
+            let d = Diagnostic {
+                span: shown.span(&d.span),
+                secondary: (d.secondary.iter())
+                    .map(|(span, label)| (shown.span(span), label.clone()))
+                    .collect(),
+                ..d.clone()
+            };
+            match term::emit_into_string(&config, &file, &d.to_report(&shown.text)) {
                 Ok(text) => out.push_str(&text),
                 // Unreachable with clamped spans; fall back to the bare message.
                 Err(_) => out.push_str(&format!("error: {}\n", d.message)),
@@ -164,6 +247,30 @@ mod tests {
         assert!(text.starts_with("error: x"));
         let empty = Diagnostics(vec![Diagnostic::error("e", 0..0)]).render("t.sir", "");
         assert!(empty.starts_with("error: e"));
+    }
+
+    #[test]
+    fn invisible_characters_show_and_carets_stay_aligned() {
+        // A NUL in the middle of a line, an escape sequence in a name, a BOM.
+        let src = "graph g {\n  y = re\0lu(x)\n  \u{1b}[2J\u{feff}z\n}\n";
+        let nul = src.find('\0').unwrap();
+        let d = Diagnostic::error("unexpected character U+0000 (NUL)", nul..nul + 1);
+        let text = Diagnostics(vec![d]).render("t\u{1b}.sir", src);
+        assert!(!text.contains('\0') && !text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("┌─ t␛.sir:2:9"), "{text}");
+        assert!(text.contains("y = re␀lu(x)"), "{text}");
+        let line = text.lines().find(|l| l.contains("re␀lu")).unwrap();
+        let caret = text.lines().find(|l| l.trim_end().ends_with('^')).unwrap();
+        assert_eq!(
+            caret.chars().count(),
+            line.chars().position(|c| c == '␀').unwrap() + 1,
+            "{text}"
+        );
+        let bom = src.find('\u{feff}').unwrap();
+        let d = Diagnostic::error("bom", bom..bom + 3);
+        let text = Diagnostics(vec![d]).render("t.sir", src);
+        assert!(text.contains("␛[2J�z"), "{text}");
+        assert_eq!(visible("a\tb\nc\u{7}"), "a\tb\nc␇");
     }
 
     #[test]

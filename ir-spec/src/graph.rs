@@ -123,6 +123,17 @@ pub enum GraphError {
         "`grad` differentiates with respect to inputs, params and states; `{name}` is computed by a node"
     )]
     GradOfComputed { operand: usize, name: String },
+    #[error(
+        "the loss of this `grad` depends on `{name}`, a result of `{op}`, which depends on what \
+         this `grad` differentiates: gradients do not flow through `grad` results or optimizer \
+         steps (no second-order gradients)"
+    )]
+    SecondOrder {
+        /// The `grad` or optimizer result the loss depends on.
+        value: ValueId,
+        name: String,
+        op: &'static str,
+    },
     #[error("`{name}` is not a param or state, so it cannot be assigned")]
     AssignToNonPersistent { name: String },
     #[error("`assign {target}` needs a value of type {expected}, got {actual}")]
@@ -300,6 +311,14 @@ impl Graph {
                     });
                 }
             }
+            if let Some(value) = self.gradient_blocker(inputs[0], &inputs[1..]) {
+                let node = self.node(self.producer(value).expect("a node result"));
+                return Err(GraphError::SecondOrder {
+                    value,
+                    name: self.name_of(value).to_string(),
+                    op: node.op.name(),
+                });
+            }
         }
         if let Some(names) = names {
             if names.len() != results.len() {
@@ -337,6 +356,43 @@ impl Graph {
             outputs: outputs.clone(),
         });
         Ok(outputs)
+    }
+
+    /// A result of a `grad` or optimizer node that `loss` depends on and that itself depends on
+    /// one of `wrt`: differentiating `loss` with respect to `wrt` would need its derivative,
+    /// which autodiff does not have (second-order gradients). One backward walk from `loss`.
+    fn gradient_blocker(&self, loss: ValueId, wrt: &[ValueId]) -> Option<ValueId> {
+        // Values that depend on a `wrt` operand, forward in arena order up to the loss.
+        let end = self.producer(loss).map_or(0, |n| n.index() + 1);
+        let mut depends = vec![false; self.values.len()];
+        for &w in wrt {
+            depends[w.index()] = true;
+        }
+        for node in &self.nodes[..end] {
+            if node.inputs.iter().any(|v| depends[v.index()]) {
+                for &o in &node.outputs {
+                    depends[o.index()] = true;
+                }
+            }
+        }
+        let mut reached = vec![false; self.values.len()];
+        reached[loss.index()] = true;
+        for node in self.nodes[..end].iter().rev() {
+            let Some(&out) = node.outputs.iter().find(|o| reached[o.index()]) else {
+                continue;
+            };
+            let blocks = matches!(
+                node.op.class(),
+                crate::op::OpClass::Grad | crate::op::OpClass::Optimizer
+            );
+            if blocks && depends[out.index()] {
+                return Some(out);
+            }
+            for &v in &node.inputs {
+                reached[v.index()] = true;
+            }
+        }
+        None
     }
 
     /// Adds a single-result node.

@@ -67,19 +67,19 @@ pub fn infer(op: Op, inputs: &[TensorType], attrs: &mut Attrs) -> Result<Vec<Ten
     };
     let out = cx.rule(op)?;
     for t in &out {
-        if t.shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .is_none()
-        {
+        if t.checked_size_bytes().is_none() {
             return Err(TypeError::new(
                 Blame::Op,
-                format!("the result has more elements than can be counted: {t}"),
+                format!("the result {t} is too large: its size in bytes does not fit in 64 bits"),
             ));
         }
     }
     Ok(out)
 }
+
+/// The largest stride, padding, dilation, kernel extent or slice step (2^31 - 1): kernels index
+/// with 32-bit arithmetic (a step or stride past the extent takes one element anyway).
+pub const MAX_WINDOW_ATTR: i64 = i32::MAX as i64;
 
 fn check_operand_count(spec: &OpSpec, n: usize) -> Result<()> {
     let (min, max) = spec.operand_range();
@@ -338,6 +338,20 @@ impl Cx<'_> {
             ));
         }
         Ok(values.into_iter().map(|v| v as usize).collect())
+    }
+
+    /// A window attribute (stride, padding, dilation, kernel): entries from `min` to
+    /// [`MAX_WINDOW_ATTR`], so that kernels can index with 32-bit arithmetic.
+    fn window_ints<K>(&self, key: Key<K>, min: i64) -> Result<Vec<usize>> {
+        let name = key.name;
+        let values = self.positive_ints(key, min)?;
+        if let Some(v) = values.iter().find(|&&v| v as i64 > MAX_WINDOW_ATTR) {
+            return Err(attr_err(
+                name,
+                format!("`{name}` entries must be at most {MAX_WINDOW_ATTR} (2^31 - 1), got {v}"),
+            ));
+        }
+        Ok(values)
     }
 
     fn broadcast_all(&self, indices: &[usize]) -> Result<Shape> {
@@ -873,6 +887,15 @@ impl Cx<'_> {
         if step < 1 {
             return Err(attr_err("step", format!("step={step} must be at least 1")));
         }
+        if step > MAX_WINDOW_ATTR {
+            return Err(attr_err(
+                "step",
+                format!("step={step} is past the largest step, {MAX_WINDOW_ATTR} (2^31 - 1)"),
+            )
+            .hint(format!(
+                "a step of the axis extent ({dim}) or more already takes only `start`"
+            )));
+        }
         if start >= end {
             return Err(attr_err(
                 "end",
@@ -985,9 +1008,9 @@ impl Cx<'_> {
     /// Output extents of conv2d for an input and a weight shape (ranks and groups checked by
     /// the caller).
     fn conv2d_output(&self, x: &[usize], w: &[usize]) -> Result<Shape> {
-        let stride = self.positive_ints(key::STRIDE, 1)?;
-        let padding = self.positive_ints(key::PADDING, 0)?;
-        let dilation = self.positive_ints(key::DILATION, 1)?;
+        let stride = self.window_ints(key::STRIDE, 1)?;
+        let padding = self.window_ints(key::PADDING, 0)?;
+        let dilation = self.window_ints(key::DILATION, 1)?;
         let mut shape = vec![x[0], w[0]];
         for d in 0..2 {
             let span = dilation[d].checked_mul(w[2 + d] - 1);
@@ -1020,7 +1043,7 @@ impl Cx<'_> {
         self.expect_dtype(0, DType::F32)?;
         self.expect_rank(0, 4, "[N, C, H, W]")?;
         let x = self.input(0).clone();
-        let kernel = self.positive_ints(key::KERNEL, 1)?;
+        let kernel = self.window_ints(key::KERNEL, 1)?;
         if self.attrs.get(key::STRIDE.name).is_none() {
             self.attrs.set(
                 "stride",
@@ -1032,9 +1055,9 @@ impl Cx<'_> {
 
     /// Output extents of pooling an `[N, C, H, W]` input.
     fn pool_output(&self, x: &[usize]) -> Result<Shape> {
-        let kernel = self.positive_ints(key::KERNEL, 1)?;
-        let stride = self.positive_ints(key::STRIDE, 1)?;
-        let padding = self.positive_ints(key::PADDING, 0)?;
+        let kernel = self.window_ints(key::KERNEL, 1)?;
+        let stride = self.window_ints(key::STRIDE, 1)?;
+        let padding = self.window_ints(key::PADDING, 0)?;
         let mut shape = vec![x[0], x[1]];
         for d in 0..2 {
             if 2 * padding[d] > kernel[d] {

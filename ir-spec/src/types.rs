@@ -82,13 +82,26 @@ impl TensorType {
         self.shape.len()
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar). Saturates at `usize::MAX` rather than wrap, so a
+    /// type too large to count is never mistaken for a small one; the verifier rejects such
+    /// types ([`TensorType::checked_size_bytes`]).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
     }
 
+    /// Number of elements, or `None` when it does not fit in a `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// Size in bytes; saturates like [`TensorType::numel`].
     pub fn size_bytes(&self) -> usize {
-        self.numel() * self.dtype.size_bytes()
+        self.checked_size_bytes().unwrap_or(usize::MAX)
+    }
+
+    /// Size in bytes, or `None` when it does not fit in a `usize`.
+    pub fn checked_size_bytes(&self) -> Option<usize> {
+        self.checked_numel()?.checked_mul(self.dtype.size_bytes())
     }
 
     pub fn is_scalar(&self) -> bool {
@@ -165,6 +178,17 @@ mod tests {
     fn strides() {
         assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
         assert_eq!(contiguous_strides(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn sizes_never_wrap() {
+        let huge = TensorType::f32(vec![1 << 31, 1 << 31]);
+        assert_eq!(huge.checked_numel(), Some(1 << 62));
+        assert_eq!(huge.checked_size_bytes(), None);
+        assert_eq!(huge.size_bytes(), usize::MAX);
+        let past = TensorType::i32(vec![1 << 40, 1 << 40]);
+        assert_eq!(past.numel(), usize::MAX);
+        assert_eq!(TensorType::f32(vec![3, 5]).size_bytes(), 60);
     }
 
     #[test]

@@ -110,6 +110,12 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
+/// See [`Gpu::loop_limit`].
+pub fn loop_limit(info: &wgpu::AdapterInfo) -> Option<u64> {
+    let llvmpipe = |s: &str| s.to_ascii_lowercase().contains("llvmpipe");
+    (llvmpipe(&info.name) || llvmpipe(&info.driver)).then_some(65535)
+}
+
 /// One line about an adapter: name, backend, kind and driver (for `sinter run --verbose`).
 pub fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
     let mut s = format!("{} ({}, {:?}", info.name, info.backend, info.device_type);
@@ -311,6 +317,13 @@ impl Gpu {
 
     pub fn adapter_info(&self) -> wgpu::AdapterInfo {
         self.adapter.get_info()
+    }
+
+    /// The most loop iterations one invocation may run on this adapter, when its driver caps
+    /// them: Mesa's llvmpipe (lavapipe) keeps one counter per invocation for all loops and ends
+    /// them silently at 65535.
+    pub fn loop_limit(&self) -> Option<u64> {
+        loop_limit(&self.adapter.get_info())
     }
 
     /// One line about the adapter in use (see [`describe_adapter`]).

@@ -43,6 +43,18 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Artifact(#[from] ArtifactError),
+    #[error(
+        "kernel `{kernel}` (dispatch {dispatch}) runs {iterations} loop iterations per invocation, \
+         but adapter `{adapter}` ends every loop after {limit} (all loops of an invocation \
+         count together) and would return a short result; run it on another adapter"
+    )]
+    LoopLimit {
+        kernel: String,
+        dispatch: usize,
+        iterations: u64,
+        limit: u64,
+        adapter: String,
+    },
     #[error("kernel `{kernel}` failed to build: {message}")]
     Shader { kernel: String, message: String },
     #[error("the GPU reported an error while {during}: {message}")]

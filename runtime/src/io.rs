@@ -480,6 +480,22 @@ impl NpyHeader {
         let PyValue::Dict(entries) = value else {
             return Err("the header is not a dict".into());
         };
+        // NumPy's own reader keeps the last of repeated keys and refuses any other key: reading
+        // such a header differently from NumPy would be worse than refusing it.
+        for (i, (key, _)) in entries.iter().enumerate() {
+            let PyValue::Str(name) = key else {
+                return Err(format!("the header has the key {key}, not a string"));
+            };
+            if !["descr", "fortran_order", "shape"].contains(&name.as_str()) {
+                return Err(format!(
+                    "the header has the key '{name}'; NumPy headers hold exactly 'descr', \
+                     'fortran_order' and 'shape'"
+                ));
+            }
+            if entries[..i].iter().any(|(k, _)| k == key) {
+                return Err(format!("the header has the key '{name}' twice"));
+            }
+        }
         let get = |key: &str| {
             entries
                 .iter()
@@ -837,6 +853,8 @@ mod tests {
             (b"\x93NUMPY\x01\x00\xff\xff{'descr'".to_vec(), "header claims 65535 bytes"),
             (b"\x93NUMPY\x02\x00\xff\xff\xff\xff{".to_vec(), "header claims 4294967295 bytes"),
             (npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", &four), "big-endian ('>f4')"),
+            (npy_bytes("{'descr': '<i4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", &four), "the key 'descr' twice"),
+            (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}", &four), "the key 'extra'"),
             (npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", &four), "Fortran order"),
             (npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (8,), }", &four), "unsupported dtype '<f2' (float16)"),
             (npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (16,), }", &four), "unsupported dtype '|u1' (uint8)"),

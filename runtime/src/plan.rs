@@ -220,6 +220,7 @@ mod tests {
             arena_bindings: 1,
             loops_bounded: false,
             rules: Vec::new(),
+            param_words: 0,
         }
     }
 
@@ -241,6 +242,8 @@ mod tests {
             arenas: vec![0],
             params: (1..=words as u32).collect(),
             workgroups: [3, 1, 1],
+            loop_iterations: 0,
+            address_words: vec![],
         };
         Artifact {
             graph: "g".into(),

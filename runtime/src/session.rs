@@ -134,6 +134,22 @@ impl Session {
         let mut limits = declared_limits(&artifact.requirements);
         limits.extend(Plan::new(&artifact, MAX_UNIFORM_ALIGN).limits(&artifact));
         let gpu = Gpu::request(choice, &artifact.requirements, &limits).await?;
+        if let Some(limit) = gpu.loop_limit() {
+            let over = artifact
+                .dispatches
+                .iter()
+                .enumerate()
+                .find(|(_, d)| d.loop_iterations > limit && !d.workgroups.contains(&0));
+            if let Some((dispatch, d)) = over {
+                return Err(RuntimeError::LoopLimit {
+                    kernel: artifact.kernels[d.kernel as usize].name.clone(),
+                    dispatch,
+                    iterations: d.loop_iterations,
+                    limit,
+                    adapter: gpu.describe(),
+                });
+            }
+        }
         let align = u64::from(gpu.device.limits().min_uniform_buffer_offset_alignment);
         let plan = Plan::new(&artifact, align);
         let device = &gpu.device;

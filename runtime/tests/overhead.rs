@@ -60,6 +60,7 @@ fn chain(d: u32) -> Artifact {
             arena_bindings: 1,
             loops_bounded: false,
             rules: Vec::new(),
+            param_words: 4,
         }],
         dispatches: (0..d)
             .map(|k| Dispatch {
@@ -67,6 +68,8 @@ fn chain(d: u32) -> Artifact {
                 arenas: vec![0],
                 params: vec![if k == 0 { 0 } else { N }, N, N, 0],
                 workgroups: [1, 1, 1],
+                loop_iterations: 0,
+                address_words: vec![],
             })
             .collect(),
         tensors: vec![

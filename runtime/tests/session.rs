@@ -56,6 +56,7 @@ fn kernel(name: &str, wgsl: String, arena_bindings: u32, loops_bounded: bool) ->
         arena_bindings,
         loops_bounded,
         rules: Vec::new(),
+        param_words: 0,
     }
 }
 
@@ -65,7 +66,32 @@ fn dispatch(kernel: u32, arenas: Vec<u32>, params: Vec<u32>, groups: u32) -> Dis
         arenas,
         params,
         workgroups: [groups, 1, 1],
+        loop_iterations: 0,
+        address_words: vec![],
     }
+}
+
+/// Gives every kernel the param-block size its dispatches ship (the largest, in whole vec4s),
+/// padding shorter blocks with zeros, as the compiler does.
+fn seal(mut a: Artifact) -> Artifact {
+    for (k, kernel) in a.kernels.iter_mut().enumerate() {
+        if kernel.param_words != 0 {
+            continue;
+        }
+        let ds = a.dispatches.iter_mut().filter(|d| d.kernel as usize == k);
+        let words = ds
+            .map(|d| d.params.len())
+            .max()
+            .unwrap_or(0)
+            .div_ceil(4)
+            .max(1)
+            * 4;
+        kernel.param_words = words as u32;
+        for d in a.dispatches.iter_mut().filter(|d| d.kernel as usize == k) {
+            d.params.resize(words, 0);
+        }
+    }
+    a
 }
 
 fn slot(name: &str, role: Role, ty: TensorType, arena: u32, offset: u64) -> TensorSlot {
@@ -153,7 +179,7 @@ fn skipping() -> bool {
 
 /// Loads `a`; `None` when there is no adapter and GPU tests are skipped.
 fn try_load(a: Artifact) -> Option<Result<Session, RuntimeError>> {
-    match Session::load(a) {
+    match Session::load(seal(a)) {
         Err(e @ RuntimeError::NoAdapter { .. }) if skipping() => {
             eprintln!("GPU test skipped (SINTER_SKIP_GPU_TESTS=1): {e}");
             None
@@ -518,7 +544,7 @@ fn weights_round_trip_through_safetensors() {
 fn damaged_artifact_files_are_errors() {
     // No GPU needed: these fail before an adapter is requested.
     let dir = tempfile::tempdir().unwrap();
-    let bytes = axpy().to_bytes();
+    let bytes = seal(axpy()).to_bytes();
     let write = |name: &str, b: &[u8]| {
         let p = dir.path().join(name);
         std::fs::write(&p, b).unwrap();
@@ -556,11 +582,11 @@ fn damaged_artifact_files_are_errors() {
 fn inconsistent_artifacts_are_errors() {
     let mut a = axpy();
     a.dispatches[0].kernel = 7;
-    let err = Session::load(a).unwrap_err().to_string();
+    let err = Session::load(seal(a)).unwrap_err().to_string();
     assert!(err.contains("dispatch 0 names kernel 7 of 1"), "{err}");
     let mut a = axpy();
     a.tensors[1].offset = 22;
-    let err = Session::load(a).unwrap_err().to_string();
+    let err = Session::load(seal(a)).unwrap_err().to_string();
     assert!(err.contains("`b` starts at byte 22"), "{err}");
 }
 
@@ -629,7 +655,7 @@ fn adapter_choice_errors() {
         name_contains: Some("no such adapter".into()),
         ..AdapterChoice::default()
     };
-    match Session::load_with(axpy(), &choice) {
+    match Session::load_with(seal(axpy()), &choice) {
         Err(RuntimeError::NoAdapter { .. }) if skipping() => {}
         Err(e @ RuntimeError::NoMatchingAdapter { .. }) => {
             assert!(e.to_string().contains("SINTER_ADAPTER=\"no such adapter\""))
@@ -647,7 +673,9 @@ fn no_adapter_says_how_to_get_one() {
         name_contains: None,
         ..AdapterChoice::default()
     };
-    let err = Session::load_with(axpy(), &choice).unwrap_err().to_string();
+    let err = Session::load_with(seal(axpy()), &choice)
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("no GPU adapter found"), "{err}");
     assert!(
         err.contains("apt-get install mesa-vulkan-drivers libvulkan1"),

@@ -71,7 +71,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     }
     let compiled = compiled?;
     for warning in &compiled.warnings {
-        eprintln!("warning: {warning}");
+        crate::console::eprintln(&format!("warning: {warning}"));
     }
     if let Some(dir) = &args.dot {
         std::fs::create_dir_all(dir).map_err(|source| CliError::WriteFile {

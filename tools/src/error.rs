@@ -58,6 +58,20 @@ pub enum CliError {
     /// input or weight.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// Training stopped: the loss read at `step` is not finite (`since`: the last step whose
+    /// loss was read finite, 0 if none).
+    #[error(
+        "training diverged: the loss is {loss} at step {step} (it was finite when last read, at \
+         step {since}); stopped{}. Lower the learning rate, clip gradients (`clip_norm=`), or \
+         check the data",
+        if *saved { " without saving weights" } else { "" }
+    )]
+    Diverged {
+        step: u64,
+        loss: f64,
+        since: u64,
+        saved: bool,
+    },
     /// An argument value clap cannot check by itself (e.g. a kernel name that the artifact
     /// lacks).
     #[error("{0}")]
@@ -79,6 +93,7 @@ impl CliError {
             | CliError::Arg(_)
             | CliError::TensorFile(_)
             | CliError::Feed(_)
+            | CliError::Diverged { .. }
             | CliError::Eval(_) => EXIT_INPUT,
         }
     }
@@ -86,8 +101,10 @@ impl CliError {
     /// Prints the error to stderr: diagnostics as rendered, anything else after `error: `.
     pub fn report(&self) {
         match self {
-            CliError::Program { rendered } => eprint!("{rendered}"),
-            other => eprintln!("error: {other}"),
+            CliError::Program { rendered } => {
+                crate::console::eprintln(rendered.trim_end_matches('\n'))
+            }
+            other => crate::console::eprintln(&format!("error: {other}")),
         }
     }
 }

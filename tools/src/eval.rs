@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use sinter_ir::interp::{self, Tensor};
-use sinter_ir::{Graph, ValueDef};
 use sinter_runtime::io::HostTensor;
 
 use crate::error::CliError;
@@ -28,6 +27,17 @@ pub struct Args {
     /// Directory to write each output to, as NAME.npy (created if needed).
     #[arg(short, long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Memory the interpreter may use, in GiB (it keeps every value in f64); a graph that
+    /// needs more is refused before it allocates.
+    #[arg(long, value_name = "GIB", default_value_t = 4.0, value_parser = parse_gib)]
+    max_memory: f64,
+}
+
+fn parse_gib(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("expected a positive number of GiB, got `{text}`")),
+    }
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
@@ -35,7 +45,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let graph = sinter_ir::expand::expand_composites(&graph);
     let differentiated = sinter_compiler::autodiff::differentiate(&graph)?;
     for warning in &differentiated.warnings {
-        eprintln!("warning: {warning}");
+        crate::console::eprintln(&format!("warning: {warning}"));
     }
     let graph = differentiated.graph;
 
@@ -44,13 +54,19 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         .into_iter()
         .map(|(name, t)| (name, t.to_interp()))
         .collect();
-    let mut weights = match &args.weights {
-        Some(path) => feeds::load_weights(&signature, path)?,
+    // Params and states the weights file lacks start from their initializers, which the
+    // interpreter materializes within its memory budget.
+    let persistent: HashMap<String, Tensor> = match &args.weights {
+        Some(path) => feeds::load_weights(&signature, path)?
+            .into_iter()
+            .map(|(name, t)| (name, t.to_interp()))
+            .collect(),
         None => HashMap::new(),
     };
-    let persistent = persistent_values(&graph, &mut weights);
-
-    let evaluation = interp::evaluate(&graph, &inputs, &persistent)?;
+    let options = interp::EvalOptions {
+        memory_budget: (args.max_memory * f64::from(1u32 << 30)) as u64,
+    };
+    let evaluation = interp::evaluate_with(&graph, &inputs, &persistent, &options)?;
 
     let outputs: Vec<(String, HostTensor)> = evaluation
         .outputs
@@ -58,27 +74,4 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         .map(|(name, t)| (name.clone(), HostTensor::from_interp(t)))
         .collect();
     outputs::report(&outputs, args.out.as_deref())
-}
-
-/// The value of every param and state: from the weights file when it has one, else from the
-/// declared initializer.
-fn persistent_values(
-    graph: &Graph,
-    weights: &mut HashMap<String, HostTensor>,
-) -> HashMap<String, Tensor> {
-    graph
-        .values
-        .iter()
-        .filter_map(|v| {
-            let init = match &v.def {
-                ValueDef::Param(init) | ValueDef::State(init) => init,
-                _ => return None,
-            };
-            let value = match weights.remove(&v.name) {
-                Some(t) => t.to_interp(),
-                None => sinter_ir::init::initial_value(&v.ty, init),
-            };
-            Some((v.name.clone(), value))
-        })
-        .collect()
 }

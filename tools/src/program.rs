@@ -8,11 +8,16 @@ use crate::error::CliError;
 
 /// Reads and parses (which verifies) the program at `path`.
 pub fn load(path: &Path) -> Result<Graph, CliError> {
-    let src = std::fs::read_to_string(path).map_err(|source| CliError::ReadSource {
+    let bytes = std::fs::read(path).map_err(|source| CliError::ReadSource {
         path: path.to_path_buf(),
         source,
     })?;
-    sinter_ir::text::parse(&src).map_err(|diagnostics| CliError::Program {
-        rendered: diagnostics.render(&path.display().to_string(), &src),
+    let name = path.display().to_string();
+    let src =
+        sinter_ir::text::decode(&bytes).map_err(|(lossy, diagnostics)| CliError::Program {
+            rendered: diagnostics.render(&name, &lossy),
+        })?;
+    sinter_ir::text::parse(src).map_err(|diagnostics| CliError::Program {
+        rendered: diagnostics.render(&name, src),
     })
 }

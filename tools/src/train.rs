@@ -90,6 +90,11 @@ samples, the same indices from every file; an epoch takes S/B batches, in file o
 shuffled per epoch with --shuffle-seed (the S mod B samples left over are skipped that epoch). \
 Inputs without a batch dimension (scalars) must be given with --input.
 
+Checks before step 1: every sample of every data file (held-out data included): i32 inputs that \
+index something (embedding ids, class labels) within their range, f32 inputs finite; the error \
+names the file, the sample and the value. The --save-weights path must be writable. Training stops \
+(exit 2, weights not saved) when a loss read back is NaN or infinite, naming the step.
+
 Output: a progress bar on stderr (when it is a terminal) with the step, the last loss read and \
 steps/s; on stdout a summary with the final loss and throughput, held-out scores and where \
 weights went.
@@ -101,15 +106,34 @@ Example:
     --accuracy logits=labels";
 
 pub fn run(args: &Args) -> Result<(), CliError> {
+    // Everything that can be checked is checked before step 1: every data file and every
+    // value in it, the eval program and its data, and every path written to.
     let artifact = load(&args.file)?;
     let inputs = slots(&artifact, Role::Input);
+    let bounds = index_bounds(&artifact);
     let fixed = args
         .inputs
         .iter()
-        .map(|f| data::read_fixed(&f.name, &f.path, &inputs))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|f| {
+            let (name, t) = data::read_fixed(&f.name, &f.path, &inputs)?;
+            let bound = bounds.iter().find(|(n, _)| *n == name).map(|(_, b)| *b);
+            data::check_values(&name, &f.path, &t, 1, bound, "")?;
+            Ok((name, t))
+        })
+        .collect::<Result<Vec<_>, CliError>>()?;
     let mut data = DataSet::load(&args.data, &inputs, fixed.clone())?;
+    data.check_values(&bounds)?;
     check_loss(&artifact, &args.loss)?;
+    if artifact.assigns.is_empty() {
+        console::eprintln(&format!(
+            "warning: `{}` assigns nothing, so training will not change any param; add \
+             `train LOSS with OPT(...)` (or `assign` statements) to the program",
+            artifact.graph
+        ));
+    }
+    if let Some(path) = &args.save_weights {
+        check_writable(path)?;
+    }
     let trained = slots(&artifact, Role::Param);
     let graph = artifact.graph.clone();
     let mut evaluator = match (&args.eval, &args.eval_data) {
@@ -136,7 +160,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let loss_name = [args.loss.as_str()];
     let start = Instant::now();
     let mut last: Option<(u64, f64)> = None;
-    let mut warned_nonfinite = false;
+    let mut last_finite: Option<(u64, f64)> = None;
     for step in 1..=args.steps {
         let read_loss = step % args.log_every == 0 || step == args.steps;
         let feeds = data.batch(step as usize - 1, order);
@@ -151,12 +175,17 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             if let Some(log) = &mut log {
                 log.write(step, loss, elapsed)?;
             }
-            if !loss.is_finite() && !warned_nonfinite {
-                warned_nonfinite = true;
-                bar.suspend(|| {
-                    eprintln!("warning: the loss is {loss} at step {step}; training diverged")
+            if !loss.is_finite() {
+                bar.finish_and_clear();
+                let since = last_finite.map_or(0, |(s, _)| s);
+                return Err(CliError::Diverged {
+                    step,
+                    loss,
+                    since,
+                    saved: args.save_weights.is_some(),
                 });
             }
+            last_finite = Some((step, loss));
         }
         if let (Some(ev), Some(k)) = (&mut evaluator, args.eval_every)
             && step % k == 0
@@ -213,6 +242,33 @@ fn slots(artifact: &Artifact, role: Role) -> Vec<(String, TensorType)> {
         .slots(role)
         .map(|s| (s.name.clone(), s.ty.clone()))
         .collect()
+}
+
+/// The i32 inputs that index something, with their bound (from the manifest).
+fn index_bounds(artifact: &Artifact) -> Vec<(String, u64)> {
+    artifact
+        .slots(Role::Input)
+        .filter_map(|s| Some((s.name.clone(), s.index_bound?)))
+        .collect()
+}
+
+/// Fails unless `path` can be written: a missing file is created (and removed again), an
+/// existing one opened for writing without truncating it; so a run never trains for hours to
+/// lose its weights at the end.
+fn check_writable(path: &Path) -> Result<(), CliError> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|source| CliError::WriteFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// The loss must be a one-element f32 output.

@@ -447,6 +447,20 @@ fn bad_inputs_fail_with_clear_messages() {
     )
     .unwrap();
     write_safetensors(
+        &d.join("w_escape.safetensors"),
+        &[(
+            "\u{1b}[2J\u{1b}[31mred".into(),
+            HostTensor::f32(vec![2], vec![1.0, 2.0]),
+        )],
+    )
+    .unwrap();
+    std::fs::write(d.join("latin1.sir"), b"graph g {\n  # caf\xe9\n}\n").unwrap();
+    std::fs::write(
+        d.join("huge.sir"),
+        "graph huge {\n  y = iota(shape=[100000, 100000], axis=0)\n  output y\n}\n",
+    )
+    .unwrap();
+    write_safetensors(
         &d.join("w_shape.safetensors"),
         &[(
             "w1".into(),
@@ -508,6 +522,14 @@ fn bad_inputs_fail_with_clear_messages() {
                stderr: &["error: evaluation failed", "labels", "10"] },
         Case { what: "weights: unknown tensor", args: with(&[&[s("--weights"), p("w_bogus.safetensors")]]), code: 2,
                stderr: &["tensor `bogus` is not a param or state of graph `mlp`", "`w1`: f32[64, 128]"] },
+        Case { what: "weights: a name that drives the terminal", args: with(&[&[s("--weights"), p("w_escape.safetensors")]]), code: 2,
+               stderr: &["tensor `␛[2J␛[31mred` is not a param"] },
+        Case { what: "program not UTF-8", args: vec![s("check"), p("latin1.sir")], code: 1,
+               stderr: &["the file is not UTF-8: byte 17 is 0xe9", "latin1.sir:2:8"] },
+        Case { what: "80 GB for the interpreter", args: vec![s("eval"), p("huge.sir")], code: 2,
+               stderr: &["`y` (f32[100000, 100000]) would bring the interpreter's memory to", "budget of 4294967296 bytes"] },
+        Case { what: "--max-memory not a size", args: vec![s("eval"), p("huge.sir"), s("--max-memory=0")], code: 2,
+               stderr: &["expected a positive number of GiB"] },
         Case { what: "weights: mis-shaped", args: with(&[&[s("--weights"), p("w_shape.safetensors")]]), code: 2,
                stderr: &["weight `w1` must be f32[64, 128], but", "holds f32[128, 64]"] },
         Case { what: "weights: not safetensors", args: with(&[&[s("--weights"), p("x.npy")]]), code: 2,
@@ -520,8 +542,8 @@ fn bad_inputs_fail_with_clear_messages() {
                stderr: &["error: cannot read", "missing.sir"] },
         Case { what: "IR error (eval)", args: vec![s("eval"), p("bad.sir"), s("--input"), format!("x={}", p("x.npy"))], code: 1,
                stderr: &["bad.sir", "inner dimensions differ", "3 vs 4"] },
-        Case { what: "autodiff error", args: vec![s("eval"), p("grad2.sir"), s("--input"), format!("x={}", p("x.npy"))], code: 1,
-               stderr: &["error: autodiff failed", "`dw`"] },
+        Case { what: "second-order grad", args: vec![s("eval"), p("grad2.sir"), s("--input"), format!("x={}", p("x.npy"))], code: 1,
+               stderr: &["second-order gradients are not supported", "grad2.sir:5:3", "`dw` is computed by this `grad`"] },
         Case { what: "IR error (check)", args: vec![s("check"), p("bad.sir")], code: 1,
                stderr: &["bad.sir", "inner dimensions differ", "3 vs 4"] },
         Case { what: "unreadable program (check)", args: vec![s("check"), p("missing.sir")], code: 2,
@@ -542,6 +564,12 @@ fn bad_inputs_fail_with_clear_messages() {
             failures.push(format!(
                 "{}: exit {} (want {}), missing {:?}\n  args: {:?}\n  stderr: {}",
                 case.what, run.code, case.code, missing, case.args, run.stderr
+            ));
+        }
+        if let Some(c) = run.stderr.chars().find(|&c| c.is_control() && c != '\n') {
+            failures.push(format!(
+                "{}: printed the control character {:?} to the terminal",
+                case.what, c
             ));
         }
         if !run.stdout.is_empty() {

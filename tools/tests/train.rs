@@ -260,12 +260,22 @@ fn bad_training_data_exits_2_and_names_the_tensor() {
         ("fewer samples than a batch",
          |d| digits_like(d, 20),
          &["input `x`", "20 samples, fewer than the batch of 32"]),
+        // Every sample is checked before step 1, not batch by batch.
+        ("a label out of range deep in the file",
+         |d| { digits_like(d, 1040); let mut l: Vec<i32> = (0..1040).map(|i| i % 10).collect(); l[1000] = 12;
+               write_npy(&d.join("labels.npy"), &HostTensor::i32(vec![1040], l)).unwrap(); },
+         &["labels.npy: sample 1000 of input `labels` holds 12, outside 0..10"]),
+        ("a NaN feature",
+         |d| { digits_like(d, 40); let mut x = vec![0.5; 40 * 64]; x[7 * 64 + 3] = f32::NAN;
+               write_npy(&d.join("x.npy"), &HostTensor::f32(vec![40, 64], x)).unwrap(); },
+         &["x.npy: sample 7, position 3 of input `x` is NaN"]),
     ];
     for (what, setup, expected) in cases {
         let dir = tempfile::tempdir().unwrap();
         setup(dir.path());
         let run = sinter(&["train", &program, "--data", &s(dir.path()), "--steps", "5"]);
         assert_eq!(run.code, 2, "{what}: exit code; stderr:\n{}", run.stderr);
+        assert!(!run.stdout.contains("trained"), "{what}: trained first");
         for e in *expected {
             assert!(
                 run.stderr.contains(e),
@@ -284,6 +294,16 @@ fn bad_training_arguments_exit_2() {
     let eval = s(examples().join("digits_mlp_eval.sir"));
     let data = s(dir.path());
     let not_an_artifact = dir.path().join("x.npy");
+    let bad_eval_dir = tempfile::tempdir().unwrap();
+    digits_like(bad_eval_dir.path(), 300);
+    let mut labels: Vec<i32> = (0..300).map(|i| i % 10).collect();
+    labels[3] = -1;
+    write_npy(
+        &bad_eval_dir.path().join("labels.npy"),
+        &HostTensor::i32(vec![300], labels),
+    )
+    .unwrap();
+    let bad_eval = s(bad_eval_dir.path());
     #[rustfmt::skip]
     let cases: &[(&[&str], &[&str])] = &[
         (&["--loss", "nope"], &["no output `nope`", "`loss`: f32[]", "`logits`: f32[32, 10]"]),
@@ -294,6 +314,9 @@ fn bad_training_arguments_exit_2() {
          &["`probs` is not an output"]),
         (&["--eval", &eval], &["--eval-data"]),
         (&["--steps", "0"], &["--steps"]),
+        // Checked before step 1: the held-out data and the weights path.
+        (&["--eval", &eval, "--eval-data", &bad_eval], &["labels.npy: sample 3 of input `labels` holds -1"]),
+        (&["--save-weights", "/nonexistent/dir/w.safetensors"], &["cannot write /nonexistent/dir/w.safetensors"]),
     ];
     for (extra, expected) in cases {
         let mut args = vec!["train", &program, "--data", &data];
@@ -303,6 +326,7 @@ fn bad_training_arguments_exit_2() {
         args.extend(extra.iter());
         let run = sinter(&args);
         assert_eq!(run.code, 2, "{extra:?}: exit code; stderr:\n{}", run.stderr);
+        assert!(!run.stdout.contains("trained"), "{extra:?}: trained first");
         for e in *expected {
             assert!(
                 run.stderr.contains(e),
@@ -321,6 +345,54 @@ fn bad_training_arguments_exit_2() {
     ]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("x.npy"), "{}", run.stderr);
+}
+
+/// A loss that stops being finite stops training, naming the step, without saving weights; a
+/// program without `assign` trains with a warning.
+#[test]
+fn divergence_stops_training_and_a_program_without_assigns_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    digits_like(dir.path(), 40);
+    // Finite data whose products overflow f32 at the first step.
+    write_npy(
+        &dir.path().join("x.npy"),
+        &HostTensor::f32(vec![40, 64], vec![3e38; 40 * 64]),
+    )
+    .unwrap();
+    let weights = dir.path().join("w.safetensors");
+    let program = s(examples().join("digits_mlp.sir"));
+    let run = sinter(&[
+        "train",
+        &program,
+        "--data",
+        &s(dir.path()),
+        "--steps",
+        "4",
+        "--log-every",
+        "2",
+        "--save-weights",
+        &s(&weights),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("training diverged: the loss is NaN at step 2 (it was finite when last read, at step 0); stopped without saving weights"),
+        "{}",
+        run.stderr
+    );
+    assert!(!weights.exists(), "weights saved after divergence");
+
+    // The eval program (batches of 300) has no `train`.
+    digits_like(dir.path(), 300);
+    let eval = s(examples().join("digits_mlp_eval.sir"));
+    let run = sinter(&["train", &eval, "--data", &s(dir.path()), "--steps", "2"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: `digits_mlp_eval` assigns nothing"),
+        "{}",
+        run.stderr
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 
 use std::fmt::Write;
 
-use super::conv::{bind_view, header};
-use super::{ENTRY_ARGS, Emitter, NEG_INF, WORKGROUP, decompose, grid, load};
+use super::conv::{advance_window, bind_view, header};
+use super::{
+    ENTRY_ARGS, Emitter, LOOP_BUDGET, NEG_INF, WORKGROUP, decompose, grid, load, strided_loop,
+    unroll_factor,
+};
 use crate::kernel::{Conv2dGrad, Pool2dGrad, ScatterAdd, SliceGrad};
 use sinter_ir::DType;
 
@@ -24,6 +27,10 @@ pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3
     let w = bind_view(e, &mut s, "w", &k.b);
     let o = bind_view(e, &mut s, "o", &k.out);
     let (c, oc) = (k.out.shape[1], k.a.shape[1]);
+    for d in 0..2 {
+        let padded = k.out.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("conv2d_grad_input", "the padded input extent", padded);
+    }
     let names = [
         "C_G", "O_G", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW",
     ];
@@ -42,11 +49,20 @@ pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3
         k.dilation[1],
     ];
     constants(&mut s, e, &names, &values);
-    s.push_str(
-        "    let g = c1 / C_G;
-    let ci = c1 % C_G;
-    var acc = 0.0;
-    for (var oo = 0u; oo < O_G; oo = oo + 1u) {
+    s.push_str("    let g = c1 / C_G;\n    let ci = c1 % C_G;\n    var acc = 0.0;\n");
+    let (o_g, kh, kw) = (
+        (oc / k.groups) as u64,
+        k.b.shape[2] as u64,
+        k.b.shape[3] as u64,
+    );
+    let product = format!(
+        "acc = fma({dy}[dy_base + c0 * dy_s0 + oc * dy_s1 + oh * dy_s2 + ow * dy_s3], {w}[w_base + oc * w_s0 + ci * w_s1 + i * w_s2 + j * w_s3], acc);"
+    );
+    let nested = o_g * (1 + kh * (1 + kw));
+    if nested <= LOOP_BUDGET {
+        e.loop_trips(nested);
+        s.push_str(
+            "    for (var oo = 0u; oo < O_G; oo = oo + 1u) {
         let oc = g * O_G + oo;
         for (var i = 0u; i < KH; i = i + 1u) {
             let th = i32(c2 + PH) - i32(i * DH);
@@ -59,13 +75,45 @@ pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3
                 let ow = u32(tw) / SW;
                 if (ow >= OW) { continue; }
 ",
-    );
-    writeln!(
-        s,
-        "                acc = fma({dy}[dy_base + c0 * dy_s0 + oc * dy_s1 + oh * dy_s2 + ow * dy_s3], {w}[w_base + oc * w_s0 + ci * w_s1 + i * w_s2 + j * w_s3], acc);"
-    )
-    .unwrap();
-    s.push_str("            }\n        }\n    }\n");
+        );
+        writeln!(s, "                {product}").unwrap();
+        s.push_str("            }\n        }\n    }\n");
+    } else {
+        // One loop over (output channel, kernel row, kernel column), unrolled.
+        let total = o_g * kh * kw;
+        let unroll = unroll_factor(total, 1, 0);
+        e.loop_trips(total.div_ceil(u64::from(unroll)));
+        let total_p = e.param(total as usize);
+        let body = format!(
+            "let oc = g * O_G + oo;
+let th = i32(c2 + PH) - i32(i * DH);
+let tw = i32(c3 + PW) - i32(j * DW);
+if (th >= 0i && u32(th) % SH == 0u && tw >= 0i && u32(tw) % SW == 0u) {{
+    let oh = u32(th) / SH;
+    let ow = u32(tw) / SW;
+    if (oh < OH && ow < OW) {{
+        {product}
+    }}
+}}
+{}",
+            advance_window("oo")
+        );
+        s.push_str("    var oo = 0u;\n    var i = 0u;\n    var j = 0u;\n");
+        strided_loop(
+            &mut s,
+            "    ",
+            "t",
+            "0u",
+            &total_p,
+            "1u",
+            unroll,
+            &|s, indent| {
+                for line in body.lines() {
+                    writeln!(s, "{indent}{line}").unwrap();
+                }
+            },
+        );
+    }
     writeln!(
         s,
         "    {o}[o_base + c0 * o_s0 + c1 * o_s1 + c2 * o_s2 + c3 * o_s3] = acc;\n}}"
@@ -104,6 +152,10 @@ pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 
     let x = bind_view(e, &mut s, "x", &k.a);
     let dy = bind_view(e, &mut s, "dy", &k.b);
     let o = bind_view(e, &mut s, "o", &k.out);
+    for d in 0..2 {
+        let padded = k.a.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("conv2d_grad_weight", "the padded input extent", padded);
+    }
     let names = ["C_G", "O_G", "H", "W", "SH", "SW", "PH", "PW", "DH", "DW"];
     let values = [
         k.out.shape[1],
@@ -120,21 +172,33 @@ pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 
     constants(&mut s, e, &names, &values);
     writeln!(s, "    let c = (k0 / O_G) * C_G + k1;").unwrap();
     writeln!(s, "    var acc = 0.0;").unwrap();
-    writeln!(s, "    for (var j = lane; j < len; j = j + SEG) {{").unwrap();
     let red_dims = e.params(&[n, oh, ow]);
-    decompose(&mut s, "        ", "j", "r", &red_dims);
-    s.push_str(
-        "        let ih = i32(r1 * SH + k2 * DH) - i32(PH);
-        let iw = i32(r2 * SW + k3 * DW) - i32(PW);
-        if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {
-",
+    let per_thread = (len as u64).div_ceil(u64::from(seg));
+    let combine = u64::from(seg.trailing_zeros());
+    let unroll = unroll_factor(per_thread, 1, combine);
+    e.loop_trips(per_thread.div_ceil(u64::from(unroll)) + combine);
+    let body = format!(
+        "let ih = i32(r1 * SH + k2 * DH) - i32(PH);
+let iw = i32(r2 * SW + k3 * DW) - i32(PW);
+if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
+    acc = fma({x}[x_base + r0 * x_s0 + c * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3], {dy}[dy_base + r0 * dy_s0 + k0 * dy_s1 + r1 * dy_s2 + r2 * dy_s3], acc);
+}}"
     );
-    writeln!(
-        s,
-        "            acc = fma({x}[x_base + r0 * x_s0 + c * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3], {dy}[dy_base + r0 * dy_s0 + k0 * dy_s1 + r1 * dy_s2 + r2 * dy_s3], acc);"
-    )
-    .unwrap();
-    s.push_str("        }\n    }\n");
+    strided_loop(
+        &mut s,
+        "    ",
+        "j",
+        "lane",
+        "len",
+        "SEG",
+        unroll,
+        &|s, indent| {
+            decompose(s, indent, "j", "r", &red_dims);
+            for line in body.lines() {
+                writeln!(s, "{indent}{line}").unwrap();
+            }
+        },
+    );
     combine_segment(&mut s, "acc", "total", "a + b");
     writeln!(
         s,
@@ -152,6 +216,10 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let x = k.x.as_ref().map(|x| bind_view(e, &mut s, "x", x));
     let o = bind_view(e, &mut s, "o", &k.out);
+    for d in 0..2 {
+        let padded = k.out.shape[2 + d] as u64 + 2 * k.padding[d] as u64;
+        e.signed_extent("pooling gradient", "the padded input extent", padded);
+    }
     let names = ["H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"];
     let values = [
         k.out.shape[2],
@@ -166,6 +234,15 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
         k.padding[1],
     ];
     constants(&mut s, e, &names, &values);
+    // Windows covering one position, per axis: at most ceil(K / S) (and the output extent).
+    let covering = |d: usize| (k.kernel[d].div_ceil(k.stride[d]).min(k.dy.shape[2 + d])) as u64;
+    let (wh, ww) = (covering(0), covering(1));
+    let window = if k.x.is_some() {
+        (k.kernel[0] as u64) * (1 + k.kernel[1] as u64)
+    } else {
+        0
+    };
+    e.loop_trips(wh * (1 + ww * (1 + window)));
     s.push_str(
         "    let hp = c2 + PH;
     let wp = c3 + PW;
@@ -194,7 +271,7 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
             );
             writeln!(s, "                    let v = {x}[x_base + c0 * x_s0 + c1 * x_s1 + u32(ih) * x_s2 + u32(iw) * x_s3];").unwrap();
             s.push_str(
-                "                    if (!found || v > best) { best = v; bh = u32(ih); bw = u32(iw); found = true; }
+                "                    if (!found || (!is_nan_f32(best) && (v > best || is_nan_f32(v)))) { best = v; bh = u32(ih); bw = u32(iw); found = true; }
                 }
             }
 ",
@@ -219,40 +296,75 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
     (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
 }
 
-/// `out[v, d]` sums `dy[p, d]` over every position `p` whose id is `v` (a scan of all ids per
-/// output element: without float atomics this is the gather form of a scatter-add).
+/// `out[v, d]` sums `dy[p, d]` over every position `p` whose id is `v`: without float atomics
+/// this is the gather form of a scatter-add, a scan of all ids per output element, which a
+/// segment of threads shares (as a row kernel does) so that no thread's loop grows with the
+/// number of positions beyond `positions / 256`.
 pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
+    let rows = k.out.numel();
+    let len = k.ids.numel();
+    let seg = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
+    let per_group = WORKGROUP / seg;
     let mut s = String::new();
-    header(&mut s, e, &k.out);
+    writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
+    writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+    writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
+    writeln!(s, "    let lane = lid % SEG;").unwrap();
+    writeln!(
+        s,
+        "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + lid / SEG;"
+    )
+    .unwrap();
+    let (rows_p, len_p) = (e.param(rows), e.param(len));
+    writeln!(
+        s,
+        "    let live = row < {rows_p};\n    let len = select(0u, {len_p}, live);"
+    )
+    .unwrap();
+    let out_dims = e.params(&k.out.shape);
+    decompose(&mut s, "    ", "select(0u, row, live)", "k", &out_dims);
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
-    let positions = e.param(k.ids.numel());
     let id_dims = e.params(&k.ids.shape);
     let r = k.ids.rank();
-    writeln!(s, "    var acc = 0.0;").unwrap();
-    writeln!(
-        s,
-        "    for (var pos = 0u; pos < {positions}; pos = pos + 1u) {{"
-    )
-    .unwrap();
-    decompose(&mut s, "        ", "pos", "q", &id_dims);
     let mut id_addr = "ids_base".to_string();
     let mut dy_addr = "dy_base".to_string();
     for axis in 0..r {
         write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
         write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
     }
-    write!(dy_addr, " + c1 * dy_s{r}").unwrap();
+    write!(dy_addr, " + k1 * dy_s{r}").unwrap();
+    let body = format!(
+        "if ({} == i32(k0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
+        load(&ids, &id_addr, DType::I32)
+    );
+    let per_thread = (len as u64).div_ceil(u64::from(seg));
+    let combine = u64::from(seg.trailing_zeros());
+    let unroll = unroll_factor(per_thread, 1, combine);
+    e.loop_trips(per_thread.div_ceil(u64::from(unroll)) + combine);
+    writeln!(s, "    var acc = 0.0;").unwrap();
+    strided_loop(
+        &mut s,
+        "    ",
+        "pos",
+        "lane",
+        "len",
+        "SEG",
+        unroll,
+        &|s, indent| {
+            decompose(s, indent, "pos", "q", &id_dims);
+            writeln!(s, "{indent}{body}").unwrap();
+        },
+    );
+    combine_segment(&mut s, "acc", "total", "a + b");
     writeln!(
         s,
-        "        if ({} == i32(c0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
-        load(&ids, &id_addr, DType::I32)
+        "    if (live && lane == 0u) {{ {o}[o_base + k0 * o_s0 + k1 * o_s1] = total; }}\n}}"
     )
     .unwrap();
-    writeln!(s, "    }}").unwrap();
-    writeln!(s, "    {o}[o_base + c0 * o_s0 + c1 * o_s1] = acc;\n}}").unwrap();
-    (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
+    (s, grid(rows.div_ceil(per_group as usize)), WORKGROUP * 4)
 }
 
 /// Zeros except where the forward slice read, which take `dy`.

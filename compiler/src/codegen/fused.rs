@@ -11,19 +11,20 @@
 //! whichever keeps the larger operands' loads coalesced.
 //!
 //! Barriers stay in uniform control flow: rows past the end have a trip count of zero but reach
-//! every barrier, and the combination loop's trip count is the compile-time `SEG`. No per-thread
-//! loop runs more than 65535 times (longer rows nest the loop), which Mesa's software Vulkan needs.
+//! every barrier, and the combination loop's trip count is the compile-time `SEG`. Mesa's software
+//! Vulkan ends all loops of an invocation after 65535 iterations in all (`LOOP_BUDGET`): long
+//! rows unroll the loop over the row, and every kernel counts its iterations.
 
 use std::fmt::Write;
 
 use sinter_ir::{DType, Op};
 
-use super::{ENTRY_ARGS, Emitter, NEG_INF, POS_INF, WORKGROUP, f32_literal, grid, load, store};
+use super::{
+    ENTRY_ARGS, Emitter, NEG_INF, POS_INF, WORKGROUP, f32_literal, grid, load, store, strided_loop,
+    unroll_factor,
+};
 use crate::fused::{Access, Axis, Combine, Inst, Level, Program, Scalar};
 use crate::layout::View;
-
-/// Largest per-thread trip count of one loop (Mesa's lavapipe stops loops at 65535).
-pub const MAX_TRIPS: usize = 65535;
 
 /// A fused kernel's plan: the program and the views it reads and writes.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,7 +93,7 @@ pub fn emit_epilogue(e: &mut Emitter, k: &FusedKernel) -> String {
     cx.product_operand = true;
     let need = cx.needed(&[p.outputs[0].value]);
     cx.bind_rows(&need);
-    let mut s = cx.helpers();
+    let mut s = String::new();
     let coords: Vec<String> = (0..p.domain.len()).map(|a| format!("c{a}: u32")).collect();
     writeln!(
         s,
@@ -181,19 +182,20 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             Inst::Reduced(k) => format!("r{k}"),
             Inst::Map(Scalar::Cast(to), args) => match (self.dtypes[args[0] as usize], to) {
                 (from, to) if from == *to => v(&args[0]),
-                (_, DType::I32) => format!("i32({})", v(&args[0])),
+                (_, DType::I32) => format!("f32_to_i32({})", v(&args[0])),
                 (_, DType::F32) => format!("f32({})", v(&args[0])),
             },
             Inst::Map(Scalar::GeluTanh, args) => gelu_tanh(&v(&args[0])),
             Inst::Map(Scalar::Op(op), args) => {
                 let a: Vec<String> = args.iter().map(v).collect();
                 if *op == Op::Where {
-                    let zero = if self.dtypes[args[0] as usize] == DType::I32 {
-                        "0i"
+                    // A NaN condition is not 0, so it selects `a`.
+                    let cond = if self.dtypes[args[0] as usize] == DType::I32 {
+                        format!("{} != 0i", a[0])
                     } else {
-                        "0.0"
+                        format!("({0} != 0.0 || is_nan_f32({0}))", a[0])
                     };
-                    return format!("select({}, {}, {} != {zero})", a[2], a[1], a[0]);
+                    return format!("select({}, {}, {cond})", a[2], a[1]);
                 }
                 scalar(*op, &a)
             }
@@ -247,25 +249,6 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         store(&arena, &addr, &format!("v{}", out.value), out.access.dtype)
     }
 
-    fn helpers(&self) -> String {
-        let mut s = String::new();
-        let uses = |f: &dyn Fn(&Inst) -> bool| self.p.insts.iter().any(f);
-        let op = |o: Op| move |i: &Inst| matches!(i, Inst::Map(Scalar::Op(x), _) if *x == o);
-        let nan_ops = [Op::Maximum, Op::Minimum, Op::Relu];
-        if uses(&|i| nan_ops.iter().any(|&o| op(o)(i)))
-            || self.p.phases.iter().any(|ph| ph.combine != Combine::Sum)
-        {
-            s.push_str(NAN_HELPERS);
-        }
-        if uses(&op(Op::Gelu)) {
-            s.push_str(ERF);
-        }
-        if uses(&op(Op::Pow)) {
-            s.push_str(POW);
-        }
-        s
-    }
-
     fn emit_map(&mut self) -> (String, [u32; 3], u32) {
         let p = self.p;
         let numel: usize = p.domain.iter().product();
@@ -285,7 +268,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             let st = self.store_output(o);
             writeln!(self.body, "    {st}").unwrap();
         }
-        let mut s = self.helpers();
+        let mut s = String::new();
         writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
         writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
         s.push_str(&self.body);
@@ -330,7 +313,20 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         let ddims = self.e.params(&p.domain);
         decompose_into(&mut self.body, "    ", "select(0u, row, live)", 0, &ddims);
         let rdims = self.e.params(&p.reduce);
-        let nested = len.div_ceil(seg as usize) > MAX_TRIPS;
+        // Loop iterations per invocation: one loop over the row per phase (and one for the
+        // per-element outputs), one combination per phase; long rows unroll the row loops.
+        let writes_elements = p.outputs.iter().any(|o| {
+            o.access
+                .axes
+                .iter()
+                .any(|a| matches!(a, Axis::Space(k) if (*k as usize) >= d))
+        });
+        let loops = p.phases.len() as u64 + u64::from(writes_elements);
+        let per_loop = (len as u64).div_ceil(u64::from(seg));
+        let combines = p.phases.len() as u64 * u64::from(seg.trailing_zeros());
+        let unroll = unroll_factor(per_loop, loops, combines);
+        self.e
+            .loop_trips(per_loop.div_ceil(u64::from(unroll)) * loops + combines);
         for (k, phase) in p.phases.iter().enumerate() {
             let need = self.needed(&[phase.value]);
             self.bind_rows(&need);
@@ -343,7 +339,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             )
             .unwrap();
             writeln!(self.body, "    {init}").unwrap();
-            each(&mut self.body, nested, seg, &rdims, d, &inner);
+            each(&mut self.body, unroll, &rdims, d, &inner);
             combine_segment(&mut self.body, phase.combine, k);
         }
         // Per-row outputs: once per row, by lane 0.
@@ -380,9 +376,9 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             for &o in &per_element {
                 writeln!(inner, "        {}", self.store_output(o)).unwrap();
             }
-            each(&mut self.body, nested, seg, &rdims, d, &inner);
+            each(&mut self.body, unroll, &rdims, d, &inner);
         }
-        let mut s = self.helpers();
+        let mut s = String::new();
         writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
         writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
         if argmax {
@@ -454,22 +450,24 @@ fn combine_segment(s: &mut String, c: Combine, k: usize) {
 }
 
 /// A loop of the segment's lane over the row's reduce points, with reduce coordinates
-/// `c{first}..` and the flat reduce index `j`; nested when one loop would pass [`MAX_TRIPS`].
-fn each(s: &mut String, nested: bool, seg: u32, rdims: &[String], first: usize, body: &str) {
-    if nested {
-        let chunk = seg as usize * MAX_TRIPS;
-        writeln!(s, "    for (var j0 = 0u; j0 < len; j0 = j0 + {chunk}u) {{").unwrap();
-        writeln!(s, "    let jend = min(len, j0 + {chunk}u);").unwrap();
-        writeln!(s, "    for (var j = j0 + lane; j < jend; j = j + SEG) {{").unwrap();
-    } else {
-        writeln!(s, "    for (var j = lane; j < len; j = j + SEG) {{").unwrap();
-    }
-    decompose_into(s, "        ", "j", first, rdims);
-    s.push_str(body);
-    writeln!(s, "    }}").unwrap();
-    if nested {
-        writeln!(s, "    }}").unwrap();
-    }
+/// `c{first}..` and the flat reduce index `j`; its body written `unroll` times per iteration.
+fn each(s: &mut String, unroll: u32, rdims: &[String], first: usize, body: &str) {
+    strided_loop(
+        s,
+        "    ",
+        "j",
+        "lane",
+        "len",
+        "SEG",
+        unroll,
+        &|s, indent| {
+            decompose_into(s, indent, "j", first, rdims);
+            for line in body.lines() {
+                // `body` is indented for the plain loop (8 spaces).
+                writeln!(s, "{indent}{}", line.trim_start_matches("        ")).unwrap();
+            }
+        },
+    );
 }
 
 /// `let c{first + axis} = ...;` for the coordinates of the linear index `index` over `dims`.
@@ -491,9 +489,7 @@ fn decompose_into(out: &mut String, indent: &str, index: &str, first: usize, dim
 }
 
 fn gelu_tanh(x: &str) -> String {
-    format!(
-        "0.5 * {x} * (1.0 + tanh(clamp(0.7978846 * ({x} + 0.044715 * {x} * {x} * {x}), -15.0, 15.0)))"
-    )
+    format!("0.5 * {x} * (1.0 + tanh_f32(0.7978846 * ({x} + 0.044715 * {x} * {x} * {x})))")
 }
 
 /// WGSL for an elementwise op of the IR at arguments `a`.
@@ -504,17 +500,17 @@ fn scalar(op: Op, a: &[String]) -> String {
         Op::Neg => format!("-{x}"),
         Op::Abs => format!("abs({x})"),
         Op::Exp => format!("exp({x})"),
-        Op::Log => format!("log({x})"),
-        Op::Sqrt => format!("sqrt({x})"),
-        Op::Rsqrt => format!("inverseSqrt({x})"),
+        Op::Log => format!("log_f32({x})"),
+        Op::Sqrt => format!("sqrt_f32({x})"),
+        Op::Rsqrt => format!("rsqrt_f32({x})"),
         Op::Reciprocal => format!("1.0 / {x}"),
         Op::Square => format!("{x} * {x}"),
         Op::Relu => format!("relu_nan({x})"),
         Op::Sigmoid => format!("1.0 / (1.0 + exp(-{x}))"),
-        Op::Tanh => format!("tanh(clamp({x}, -15.0, 15.0))"),
+        Op::Tanh => format!("tanh_f32({x})"),
         Op::Silu => format!("{x} / (1.0 + exp(-{x}))"),
-        Op::Sin => format!("sin({x})"),
-        Op::Cos => format!("cos({x})"),
+        Op::Sin => format!("sin_f32({x})"),
+        Op::Cos => format!("cos_f32({x})"),
         Op::Gelu => format!("0.5 * {x} * (1.0 + erf_f32({x} * 0.70710677))"),
         Op::Add => format!("{x} + {}", a[1]),
         Op::Sub => format!("{x} - {}", a[1]),
@@ -531,35 +527,3 @@ fn scalar(op: Op, a: &[String]) -> String {
         other => unreachable!("`{}` is not a scalar function", other.name()),
     }
 }
-
-/// NaN-propagating max/min/relu and argmax's ordering (a NaN is the maximum; ties go to the
-/// smaller index). NaN is tested on the bit pattern, which no compiler may assume away.
-const NAN_HELPERS: &str = "fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
-fn max_nan(a: f32, b: f32) -> f32 { return select(max(a, b), bitcast<f32>(0x7fc00000u), is_nan(a) || is_nan(b)); }
-fn min_nan(a: f32, b: f32) -> f32 { return select(min(a, b), bitcast<f32>(0x7fc00000u), is_nan(a) || is_nan(b)); }
-fn relu_nan(x: f32) -> f32 { return select(max(x, 0.0), x, is_nan(x)); }
-fn argmax_takes(a: f32, ai: u32, b: f32, bi: u32) -> bool {
-    if (is_nan(a)) { return is_nan(b) && bi < ai; }
-    if (is_nan(b)) { return true; }
-    return b > a || (b == a && bi < ai);
-}
-";
-
-/// erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7).
-const ERF: &str = "fn erf_f32(x: f32) -> f32 {
-    let a = abs(x);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let poly = ((((1.0614054 * t - 1.4531521) * t + 1.4214138) * t - 0.28449672) * t + 0.2548296) * t;
-    return sign(x) * (1.0 - poly * exp(-a * a));
-}
-";
-
-/// torch.pow: negative bases allowed for integral exponents; `pow(x, 0) = 1`.
-const POW: &str = "fn pow_f32(a: f32, b: f32) -> f32 {
-    if (b == 0.0) { return 1.0; }
-    if (a >= 0.0) { return pow(a, b); }
-    if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
-    let m = pow(-a, b);
-    return select(m, -m, fract(b * 0.5) != 0.0);
-}
-";

@@ -10,7 +10,7 @@
 
 use std::fmt::Write;
 
-use super::{Emitter, MAX_GROUPS, WORKGROUP, decompose};
+use super::{Emitter, LOOP_BUDGET, MAX_GROUPS, WORKGROUP, decompose};
 use crate::CompileError;
 use crate::kernel::Matmul;
 use crate::layout::View;
@@ -135,6 +135,24 @@ pub fn emit(
     let Tile { bm, bn, bk, tm, tn } = t;
     let quads = tm % 4 == 0 && tn % 4 == 0;
     let rb = k.batch.len();
+    // Loop iterations per invocation (see `LOOP_BUDGET`): the K loop, and per K step the
+    // staging loops and the product's loops, unless they are written out (`unrolled`).
+    let (ea, eb) = (bm * bk / WORKGROUP, bk * bn / WORKGROUP);
+    let steps = (k.k as u64).div_ceil(u64::from(bk));
+    let staging = u64::from(2 * (ea + eb));
+    let product = if quads {
+        u64::from(bk)
+    } else {
+        u64::from(bk * (tm + tn + tm + tm * tn))
+    };
+    let write = if quads {
+        u64::from(tm * (tn / 4) * 4)
+    } else {
+        u64::from(tm + tm * tn)
+    };
+    let plain = steps * (1 + staging + product) + staging + write;
+    let unrolled = plain > LOOP_BUDGET;
+    e.loop_trips(if unrolled { steps + write } else { plain });
 
     let mut s = String::new();
     if let Some(epi) = &k.epilogue {
@@ -185,7 +203,6 @@ pub fn emit(
 
     // Staging: each thread moves `ea` elements of a and `eb` of b per step. The fastest-varying
     // thread index follows each operand's unit stride, so global reads coalesce.
-    let (ea, eb) = (bm * bk / WORKGROUP, bk * bn / WORKGROUP);
     writeln!(
         s,
         "    var pa: array<f32, {ea}>;\n    var pb: array<f32, {eb}>;"
@@ -201,35 +218,48 @@ pub fn emit(
     } else {
         ("kk = i % BK", "nn = i / BK")
     };
+    // `for (var e = 0u; e < n; ...)`, or `n` blocks each binding `e`, when unrolled.
+    let open = |s: &mut String, indent: &str, n: u32, e: u32| {
+        if !unrolled {
+            writeln!(s, "{indent}for (var e = 0u; e < {n}u; e = e + 1u) {{").unwrap();
+        } else {
+            writeln!(s, "{indent}{{ let e = {e}u;").unwrap();
+        }
+    };
+    let copies = |n: u32| if unrolled { n } else { 1 };
     let load = |s: &mut String, indent: &str, k0: &str| {
-        writeln!(s, "{indent}for (var e = 0u; e < {ea}u; e = e + 1u) {{").unwrap();
-        writeln!(
+        for copy in 0..copies(ea) {
+            open(s, indent, ea, copy);
+            writeln!(
             s,
             "{indent}    let i = lid + e * {WORKGROUP}u;\n{indent}    let {};\n{indent}    let {};",
             a_split.0, a_split.1
         )
         .unwrap();
-        writeln!(
-            s,
-            "{indent}    let gm = row0 + mm;\n{indent}    let gk = {k0} + kk;"
-        )
-        .unwrap();
-        writeln!(s, "{indent}    pa[e] = select(0.0, {arena_a}[a_base + min(gm, M - 1u) * a_s0 + min(gk, K - 1u) * a_s1], gm < M && gk < K);").unwrap();
-        writeln!(s, "{indent}}}").unwrap();
-        writeln!(s, "{indent}for (var e = 0u; e < {eb}u; e = e + 1u) {{").unwrap();
-        writeln!(
+            writeln!(
+                s,
+                "{indent}    let gm = row0 + mm;\n{indent}    let gk = {k0} + kk;"
+            )
+            .unwrap();
+            writeln!(s, "{indent}    pa[e] = select(0.0, {arena_a}[a_base + min(gm, M - 1u) * a_s0 + min(gk, K - 1u) * a_s1], gm < M && gk < K);").unwrap();
+            writeln!(s, "{indent}}}").unwrap();
+        }
+        for copy in 0..copies(eb) {
+            open(s, indent, eb, copy);
+            writeln!(
             s,
             "{indent}    let i = lid + e * {WORKGROUP}u;\n{indent}    let {};\n{indent}    let {};",
             b_split.0, b_split.1
         )
         .unwrap();
-        writeln!(
-            s,
-            "{indent}    let gk = {k0} + kk;\n{indent}    let gn = col0 + nn;"
-        )
-        .unwrap();
-        writeln!(s, "{indent}    pb[e] = select(0.0, {arena_b}[b_base + min(gk, K - 1u) * b_s0 + min(gn, N - 1u) * b_s1], gk < K && gn < N);").unwrap();
-        writeln!(s, "{indent}}}").unwrap();
+            writeln!(
+                s,
+                "{indent}    let gk = {k0} + kk;\n{indent}    let gn = col0 + nn;"
+            )
+            .unwrap();
+            writeln!(s, "{indent}    pb[e] = select(0.0, {arena_b}[b_base + min(gk, K - 1u) * b_s0 + min(gn, N - 1u) * b_s1], gk < K && gn < N);").unwrap();
+            writeln!(s, "{indent}}}").unwrap();
+        }
     };
     let (put_a, put_b) = if quads {
         (
@@ -240,22 +270,26 @@ pub fn emit(
         ("As[kk * BM + mm]", "Bs[kk * BN + nn]")
     };
     let store = |s: &mut String, indent: &str| {
-        writeln!(s, "{indent}for (var e = 0u; e < {ea}u; e = e + 1u) {{").unwrap();
-        writeln!(
+        for copy in 0..copies(ea) {
+            open(s, indent, ea, copy);
+            writeln!(
             s,
             "{indent}    let i = lid + e * {WORKGROUP}u;\n{indent}    let {};\n{indent}    let {};",
             a_split.0, a_split.1
         )
         .unwrap();
-        writeln!(s, "{indent}    {put_a} = pa[e];\n{indent}}}").unwrap();
-        writeln!(s, "{indent}for (var e = 0u; e < {eb}u; e = e + 1u) {{").unwrap();
-        writeln!(
+            writeln!(s, "{indent}    {put_a} = pa[e];\n{indent}}}").unwrap();
+        }
+        for copy in 0..copies(eb) {
+            open(s, indent, eb, copy);
+            writeln!(
             s,
             "{indent}    let i = lid + e * {WORKGROUP}u;\n{indent}    let {};\n{indent}    let {};",
             b_split.0, b_split.1
         )
         .unwrap();
-        writeln!(s, "{indent}    {put_b} = pb[e];\n{indent}}}").unwrap();
+            writeln!(s, "{indent}    {put_b} = pb[e];\n{indent}}}").unwrap();
+        }
     };
     load(&mut s, "    ", "0u");
     store(&mut s, "    ");
@@ -267,9 +301,9 @@ pub fn emit(
     load(&mut s, "            ", "(t + 1u) * BK");
     writeln!(s, "        }}").unwrap();
     if quads {
-        quad_product(&mut s, t);
+        quad_product(&mut s, t, unrolled);
     } else {
-        scalar_product(&mut s);
+        scalar_product(&mut s, t, unrolled);
     }
     writeln!(s, "        workgroupBarrier();\n        if (more) {{").unwrap();
     store(&mut s, "            ");
@@ -294,10 +328,11 @@ pub fn emit(
 }
 
 /// One step's products for scalar micro-tiles: thread `(tx, ty)` owns rows `ty + i * BM / TM`
-/// and columns `tx + j * BN / TN`.
-fn scalar_product(s: &mut String) {
-    s.push_str(
-        "        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+/// and columns `tx + j * BN / TN`. `unrolled` writes every loop out.
+fn scalar_product(s: &mut String, t: Tile, unrolled: bool) {
+    if !unrolled {
+        s.push_str(
+            "        for (var kk = 0u; kk < BK; kk = kk + 1u) {
             var ra: array<f32, TM>;
             var rb: array<f32, TN>;
             for (var i = 0u; i < TM; i = i + 1u) { ra[i] = As[kk * BM + ty + i * (BM / TM)]; }
@@ -309,7 +344,37 @@ fn scalar_product(s: &mut String) {
             }
         }
 ",
-    );
+        );
+        return;
+    }
+    for kk in 0..t.bk {
+        writeln!(s, "        {{").unwrap();
+        for i in 0..t.tm {
+            writeln!(
+                s,
+                "            let ra{i} = As[{kk}u * BM + ty + {i}u * (BM / TM)];"
+            )
+            .unwrap();
+        }
+        for j in 0..t.tn {
+            writeln!(
+                s,
+                "            let rb{j} = Bs[{kk}u * BN + tx + {j}u * (BN / TN)];"
+            )
+            .unwrap();
+        }
+        for i in 0..t.tm {
+            for j in 0..t.tn {
+                let slot = i * t.tn + j;
+                writeln!(
+                    s,
+                    "            acc[{slot}] = fma(ra{i}, rb{j}, acc[{slot}]);"
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "        }}").unwrap();
+    }
 }
 
 fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
@@ -331,39 +396,45 @@ fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
 
 /// One step's products for quad micro-tiles: thread `(tx, ty)` owns output rows
 /// `q * BM / HM + ty * 4 + i` and columns `q * BN / HN + tx * 4 + j`.
-fn quad_product(s: &mut String, t: Tile) {
+fn quad_product(s: &mut String, t: Tile, unrolled: bool) {
     let (hm, hn) = (t.tm / 4, t.tn / 4);
     let (qa, qb) = (t.bm / 4, t.bn / 4);
-    writeln!(s, "        for (var kk = 0u; kk < BK; kk = kk + 1u) {{").unwrap();
-    for q in 0..hm {
-        writeln!(
-            s,
-            "            let a{q} = As[kk * {qa}u + {}u + ty];",
-            q * qa / hm
-        )
-        .unwrap();
-    }
-    for q in 0..hn {
-        writeln!(
-            s,
-            "            let b{q} = Bs[kk * {qb}u + {}u + tx];",
-            q * qb / hn
-        )
-        .unwrap();
-    }
-    for r in 0..t.tm {
-        for q in 0..hn {
-            let slot = r * hn + q;
+    for kk in 0..if unrolled { t.bk } else { 1 } {
+        if unrolled {
+            writeln!(s, "        {{ let kk = {kk}u;").unwrap();
+        } else {
+            writeln!(s, "        for (var kk = 0u; kk < BK; kk = kk + 1u) {{").unwrap();
+        }
+        for q in 0..hm {
             writeln!(
                 s,
-                "            acc[{slot}] = fma(vec4<f32>(a{}[{}]), b{q}, acc[{slot}]);",
-                r / 4,
-                r % 4
+                "            let a{q} = As[kk * {qa}u + {}u + ty];",
+                q * qa / hm
             )
             .unwrap();
         }
+        for q in 0..hn {
+            writeln!(
+                s,
+                "            let b{q} = Bs[kk * {qb}u + {}u + tx];",
+                q * qb / hn
+            )
+            .unwrap();
+        }
+        for r in 0..t.tm {
+            for q in 0..hn {
+                let slot = r * hn + q;
+                writeln!(
+                    s,
+                    "            acc[{slot}] = fma(vec4<f32>(a{}[{}]), b{q}, acc[{slot}]);",
+                    r / 4,
+                    r % 4
+                )
+                .unwrap();
+            }
+        }
+        writeln!(s, "        }}").unwrap();
     }
-    writeln!(s, "        }}").unwrap();
 }
 
 fn quad_write(s: &mut String, t: Tile, arena_o: &str, value: &dyn Fn(&str) -> String) {

@@ -14,6 +14,7 @@ mod backward;
 mod conv;
 pub mod fused;
 pub mod matmul;
+pub mod numerics;
 
 use std::fmt::Write;
 
@@ -37,7 +38,19 @@ pub struct KernelSource {
     /// Arena bound at each arena binding.
     pub arenas: Vec<u32>,
     pub workgroup_storage_bytes: u32,
+    /// Most loop iterations (back-edges, all loops together) one invocation runs.
+    pub loop_iterations: u64,
+    /// `[param word, arena binding]` of every param word that holds a base element offset.
+    pub address_words: Vec<[u32; 2]>,
 }
+
+/// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
+/// LLVM back end keeps one counter per invocation, decremented at every back-edge of every loop,
+/// and ends all loops when it reaches zero, without an error. Nesting a long loop does not help;
+/// fewer, longer iterations (unrolling) or more invocations do. Codegen picks such forms when a
+/// shape needs them; a kernel that still needs more records it (`Dispatch::loop_iterations`) and
+/// the runtime refuses to run it on lavapipe rather than return a short result.
+pub const LOOP_BUDGET: u64 = 65535;
 
 pub fn emit(
     plan: &KernelPlan,
@@ -48,6 +61,10 @@ pub fn emit(
         mem,
         params: Vec::new(),
         arenas: Vec::new(),
+        too_large: None,
+        refused: None,
+        loop_iterations: 0,
+        address_words: Vec::new(),
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -61,7 +78,7 @@ pub fn emit(
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
     };
-    Ok(e.finish(plan.pattern(), &body, workgroups, shared))
+    e.finish(plan.pattern(), &body, workgroups, shared)
 }
 
 /// Collects the param block and arena bindings while a kernel body is written.
@@ -69,14 +86,48 @@ pub struct Emitter<'m> {
     mem: &'m MemoryPlan,
     params: Vec<u32>,
     arenas: Vec<u32>,
+    /// The first value that did not fit in a 32-bit param word (an error at `finish`).
+    too_large: Option<usize>,
+    refused: Option<(&'static str, String)>,
+    loop_iterations: u64,
+    address_words: Vec<[u32; 2]>,
 }
 
 impl Emitter<'_> {
-    /// Appends a word to the param block and returns the WGSL that reads it.
+    /// Appends a word to the param block and returns the WGSL that reads it. A value past
+    /// `u32::MAX` (an attribute such as a stride, which the memory plan does not bound) makes
+    /// the kernel fail with [`crate::CompileError::KernelLimit`].
     pub fn param(&mut self, value: usize) -> String {
-        let word = u32::try_from(value).expect("the memory plan keeps every value below 2^32");
+        let word = u32::try_from(value).unwrap_or_else(|_| {
+            self.too_large.get_or_insert(value);
+            0
+        });
         self.params.push(word);
         format!("p({}u)", self.params.len() - 1)
+    }
+
+    /// Refuses the kernel: `finish` returns [`crate::CompileError::KernelLimit`] with `what`
+    /// (the first refusal wins).
+    pub fn refuse(&mut self, kernel: &'static str, what: String) {
+        self.refused.get_or_insert((kernel, what));
+    }
+
+    /// Refuses the kernel unless `extent` (a padded extent that its shader indexes with `i32`
+    /// arithmetic) is below 2^31.
+    pub fn signed_extent(&mut self, kernel: &'static str, what: &str, extent: u64) {
+        if extent > i32::MAX as u64 {
+            self.refuse(
+                kernel,
+                format!(
+                    "{what} is {extent}, past the 2^31 - 1 its 32-bit index arithmetic reaches"
+                ),
+            );
+        }
+    }
+
+    /// Counts `n` more loop iterations (back-edges) per invocation; see [`LOOP_BUDGET`].
+    pub fn loop_trips(&mut self, n: u64) {
+        self.loop_iterations = self.loop_iterations.saturating_add(n);
     }
 
     pub fn params(&mut self, values: &[usize]) -> Vec<String> {
@@ -85,20 +136,28 @@ impl Emitter<'_> {
 
     /// The WGSL name of the arena binding that holds `buffer`.
     pub fn arena(&mut self, buffer: BufferId) -> String {
+        format!("arena{}", self.arena_slot(buffer))
+    }
+
+    /// The arena binding slot (0-based, after the param block) that holds `buffer`.
+    fn arena_slot(&mut self, buffer: BufferId) -> usize {
         let arena = self.mem.placements[buffer.0 as usize].arena;
-        let slot = match self.arenas.iter().position(|&a| a == arena) {
+        match self.arenas.iter().position(|&a| a == arena) {
             Some(i) => i,
             None => {
                 self.arenas.push(arena);
                 self.arenas.len() - 1
             }
-        };
-        format!("arena{slot}")
+        }
     }
 
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
+    /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
+    /// against the size of the arena it indexes.
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
         let start = self.mem.placements[buffer.0 as usize].offset as usize / 4;
+        let slot = self.arena_slot(buffer) as u32;
+        self.address_words.push([self.params.len() as u32, slot]);
         self.param(start + offset)
     }
 
@@ -108,7 +167,19 @@ impl Emitter<'_> {
         body: &str,
         workgroups: [u32; 3],
         workgroup_storage_bytes: u32,
-    ) -> KernelSource {
+    ) -> Result<KernelSource, crate::CompileError> {
+        if let Some((kernel, what)) = self.refused {
+            return Err(crate::CompileError::KernelLimit { kernel, what });
+        }
+        if let Some(value) = self.too_large {
+            return Err(crate::CompileError::KernelLimit {
+                kernel: "param block",
+                what: format!(
+                    "the {pattern} kernel needs the value {value}, past the 2^32 - 1 that a \
+                     32-bit param word holds"
+                ),
+            });
+        }
         let mut s = String::new();
         // The ops a kernel covers are listed in the artifact, not here, so that dispatches of
         // one structure share the text.
@@ -129,17 +200,77 @@ impl Emitter<'_> {
             "fn p(i: u32) -> u32 {{ return params.w[i / 4u][i % 4u]; }}"
         )
         .unwrap();
-        s.push_str(body);
+        s.push_str(&numerics::with_helpers(body));
         let mut params = self.params;
         params.resize(vec4s * 4, 0);
-        KernelSource {
+        Ok(KernelSource {
             wgsl: s,
             params,
             workgroups,
             arenas: self.arenas,
             workgroup_storage_bytes,
-        }
+            loop_iterations: self.loop_iterations,
+            address_words: self.address_words,
+        })
     }
+}
+
+/// The smallest unroll factor (1, 2, 4, 8 or 16) that keeps `loops` loops of `trips` iterations
+/// each, plus `fixed` iterations elsewhere, within [`LOOP_BUDGET`] (16 when none does: the
+/// dispatch then records its count and lavapipe refuses it). Kernels use 1, the plain form,
+/// whenever it fits, so common shapes keep their code.
+pub fn unroll_factor(trips: u64, loops: u64, fixed: u64) -> u32 {
+    [1u32, 2, 4, 8, 16]
+        .into_iter()
+        .find(|&u| {
+            trips
+                .div_ceil(u64::from(u))
+                .saturating_mul(loops)
+                .saturating_add(fixed)
+                <= LOOP_BUDGET
+        })
+        .unwrap_or(16)
+}
+
+/// A loop `for (var VAR = START; VAR < END; VAR = VAR + STEP)` whose body is written `unroll`
+/// times per iteration, copy `u` for `VAR = base + u * STEP` and guarded by `VAR < END`, so it
+/// runs `ceil(count / unroll)` iterations. With `unroll == 1` it is the plain loop. `body`
+/// writes one copy at the indent it is given, with `VAR` bound.
+#[allow(clippy::too_many_arguments)]
+pub fn strided_loop(
+    s: &mut String,
+    indent: &str,
+    var: &str,
+    start: &str,
+    end: &str,
+    step: &str,
+    unroll: u32,
+    body: &dyn Fn(&mut String, &str),
+) {
+    if unroll <= 1 {
+        writeln!(
+            s,
+            "{indent}for (var {var} = {start}; {var} < {end}; {var} = {var} + {step}) {{"
+        )
+        .unwrap();
+        body(s, &format!("{indent}    "));
+        writeln!(s, "{indent}}}").unwrap();
+        return;
+    }
+    writeln!(
+        s,
+        "{indent}for (var {var}_u = {start}; {var}_u < {end}; {var}_u = {var}_u + {step} * {unroll}u) {{"
+    )
+    .unwrap();
+    for u in 0..unroll {
+        writeln!(s, "{indent}    {{").unwrap();
+        writeln!(s, "{indent}        let {var} = {var}_u + {u}u * {step};").unwrap();
+        writeln!(s, "{indent}        if ({var} < {end}) {{").unwrap();
+        body(s, &format!("{indent}            "));
+        writeln!(s, "{indent}        }}").unwrap();
+        writeln!(s, "{indent}    }}").unwrap();
+    }
+    writeln!(s, "{indent}}}").unwrap();
 }
 
 /// Workgroup counts for `groups` workgroups, split over x and y past the per-dimension limit.

@@ -115,8 +115,8 @@ pub(crate) fn select(cx: &Cx) -> Tensor {
     Tensor::new(cx.out().clone(), data)
 }
 
-/// `cast`: to i32 truncates toward zero, saturating at the i32 range, NaN becoming 0 (the GPU's
-/// result for those two cases is unspecified); to f32 is exact for every i32.
+/// `cast`: to i32 truncates toward zero, saturating at the i32 range, NaN becoming 0 (the GPU
+/// does the same); to f32 is exact for every i32.
 pub(crate) fn cast(cx: &Cx) -> Tensor {
     let x = cx.x(0);
     let data = match cx.out().dtype {

@@ -51,6 +51,17 @@ pub enum EvalError {
         value_name: String,
         step: f64,
     },
+    #[error(
+        "`{name}` ({ty}) would bring the interpreter's memory to {needed} bytes, past its budget \
+         of {budget} bytes (every value is kept, in f64); evaluate a smaller graph, or raise \
+         the budget"
+    )]
+    MemoryBudget {
+        name: String,
+        ty: TensorType,
+        needed: u64,
+        budget: u64,
+    },
     #[error("`{op}` has no direct semantics; run the `{pass}` pass first")]
     NeedsPass {
         op: &'static str,

@@ -6,7 +6,7 @@ use crate::graph::{Graph, ValueDef};
 use crate::init::initial_value;
 use crate::interp::node::eval_named;
 use crate::interp::{EvalError, Tensor};
-use crate::types::DType;
+use crate::types::{DType, TensorType};
 
 /// The results of one run of a graph.
 #[derive(Clone, Debug)]
@@ -26,7 +26,28 @@ impl Evaluation {
     }
 }
 
-/// Runs `g` once on `inputs` (one tensor per graph input, by name).
+/// Limits of one evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EvalOptions {
+    /// Bytes the interpreter may hold: every value it keeps (8 bytes per element), plus room
+    /// for an op's temporaries (counted as twice its results). A graph that needs more fails
+    /// with [`EvalError::MemoryBudget`] before allocating, instead of aborting the process.
+    pub memory_budget: u64,
+}
+
+/// 4 GiB.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 4 << 30;
+
+impl Default for EvalOptions {
+    fn default() -> EvalOptions {
+        EvalOptions {
+            memory_budget: DEFAULT_MEMORY_BUDGET,
+        }
+    }
+}
+
+/// Runs `g` once on `inputs` (one tensor per graph input, by name), within the default
+/// [`EvalOptions`].
 ///
 /// `persistent` gives values for params and states by name; any not given starts from its
 /// initializer ([`initial_value`]). Every given tensor is validated (unknown names, missing
@@ -36,10 +57,53 @@ pub fn evaluate(
     inputs: &HashMap<String, Tensor>,
     persistent: &HashMap<String, Tensor>,
 ) -> Result<Evaluation, EvalError> {
+    evaluate_with(g, inputs, persistent, &EvalOptions::default())
+}
+
+/// Bytes the interpreter holds, checked against the budget before each allocation.
+struct Memory {
+    used: u64,
+    budget: u64,
+}
+
+impl Memory {
+    /// Accounts for `ty` (kept) plus `transient` bytes of temporaries, or fails naming `name`.
+    fn reserve(&mut self, name: &str, ty: &TensorType, transient: u64) -> Result<(), EvalError> {
+        let bytes = (ty.checked_numel().map(|n| n as u64))
+            .and_then(|n| n.checked_mul(8))
+            .unwrap_or(u64::MAX);
+        let needed = self.used.saturating_add(bytes).saturating_add(transient);
+        if needed > self.budget {
+            return Err(EvalError::MemoryBudget {
+                name: name.to_string(),
+                ty: ty.clone(),
+                needed,
+                budget: self.budget,
+            });
+        }
+        self.used += bytes;
+        Ok(())
+    }
+}
+
+/// [`evaluate`] with explicit limits.
+pub fn evaluate_with(
+    g: &Graph,
+    inputs: &HashMap<String, Tensor>,
+    persistent: &HashMap<String, Tensor>,
+    options: &EvalOptions,
+) -> Result<Evaluation, EvalError> {
     validate(g, inputs, persistent)?;
+    let mut memory = Memory {
+        used: 0,
+        budget: options.memory_budget,
+    };
     let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
     for id in g.value_ids() {
         let value = g.value(id);
+        if !matches!(value.def, ValueDef::Node { .. }) {
+            memory.reserve(&value.name, &value.ty, 0)?;
+        }
         let init = match &value.def {
             ValueDef::Input => Some(inputs[&value.name].clone()),
             ValueDef::Param(init) | ValueDef::State(init) => Some(
@@ -53,6 +117,17 @@ pub fn evaluate(
         values[id.index()] = init;
     }
     for node in &g.nodes {
+        let mut transient = 0u64;
+        for &v in &node.outputs {
+            let ty = g.ty(v);
+            let bytes = (ty.checked_numel().map(|n| n as u64))
+                .and_then(|n| n.checked_mul(16))
+                .unwrap_or(u64::MAX);
+            transient = transient.saturating_add(bytes);
+        }
+        for &v in &node.outputs {
+            memory.reserve(g.name_of(v), g.ty(v), transient)?;
+        }
         let args: Vec<&Tensor> = node
             .inputs
             .iter()

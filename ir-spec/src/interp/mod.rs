@@ -33,6 +33,6 @@ mod tensor;
 
 pub use elementwise::{scalar, to_i32};
 pub use error::EvalError;
-pub use evaluate::{Evaluation, evaluate};
+pub use evaluate::{DEFAULT_MEMORY_BUDGET, EvalOptions, Evaluation, evaluate, evaluate_with};
 pub use node::eval_node;
 pub use tensor::Tensor;

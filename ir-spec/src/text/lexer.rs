@@ -2,7 +2,7 @@
 //! diagnostic, so the parser can skip the statement without reporting it again.
 
 use super::Span;
-use crate::diag::Diagnostic;
+use crate::diag::{Diagnostic, is_invisible};
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum TokenKind {
@@ -138,6 +138,10 @@ impl Lexer<'_, '_> {
     }
 
     fn run(&mut self) {
+        // A byte order mark that some editors put first is not part of the text.
+        if self.src.starts_with('\u{feff}') {
+            self.pos = '\u{feff}'.len_utf8();
+        }
         while let Some(c) = self.peek() {
             let start = self.pos;
             match c {
@@ -177,15 +181,22 @@ impl Lexer<'_, '_> {
         }
         self.bump_while(|c| !starts_token(c));
         let text = &self.src[start..self.pos];
+        let shown: Vec<String> = text.chars().map(describe_char).collect();
         let mut diag = Diagnostic::error(
             format!(
-                "unexpected character{} `{text}`",
-                plural(text.chars().count())
+                "unexpected character{} {}",
+                plural(text.chars().count()),
+                shown.join(" ")
             ),
             start..self.pos,
         )
         .with_label("not part of the .sir syntax");
-        if !text.is_ascii() {
+        if text.chars().any(is_invisible) {
+            diag = diag.with_help(
+                "the file holds characters that do not show: control characters, byte order \
+                 marks or zero-width spaces; remove them",
+            );
+        } else if !text.is_ascii() {
             diag = diag.with_help("names are ASCII: letters, digits, `_` and `.`");
         }
         self.error(start, diag);
@@ -317,6 +328,23 @@ fn punctuation(c: char) -> Option<TokenKind> {
         '-' => TokenKind::Minus,
         _ => return None,
     })
+}
+
+/// A character as a message shows it: `` `c` ``, or its code point (and name) when it would not
+/// show on a terminal.
+pub(crate) fn describe_char(c: char) -> String {
+    if !is_invisible(c) {
+        return format!("`{c}`");
+    }
+    let name = match c {
+        '\0' => " (NUL)",
+        '\u{feff}' => " (byte order mark)",
+        '\u{1b}' => " (escape)",
+        '\u{7f}' => " (delete)",
+        '\u{200b}' => " (zero-width space)",
+        _ => "",
+    };
+    format!("U+{:04X}{name}", c as u32)
 }
 
 fn plural(n: usize) -> &'static str {

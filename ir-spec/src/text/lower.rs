@@ -512,6 +512,22 @@ impl Lowerer<'_> {
                 }
                 diag
             }
+            GraphError::SecondOrder { value, name, op } => {
+                let loss = site.operands.first().map_or(site.op, Expr::span);
+                Diagnostic::error(
+                    format!(
+                        "`grad` would differentiate through `{name}`, a result of `{op}`: \
+                         second-order gradients are not supported"
+                    ),
+                    self.def_span(value).range(),
+                )
+                .with_label(format!("`{name}` is computed by this `{op}`"))
+                .with_secondary(loss.range(), format!("this loss depends on `{name}`"))
+                .with_help(
+                    "a loss may use gradients or optimizer results only through values that do \
+                     not depend on what it is differentiated with respect to",
+                )
+            }
             GraphError::ResultCount {
                 names,
                 op,

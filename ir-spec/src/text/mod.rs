@@ -115,6 +115,32 @@ pub fn parse(src: &str) -> Result<Graph, Diagnostics> {
     }
 }
 
+/// The text of a `.sir` file read as bytes. When they are not UTF-8, the error holds the text
+/// with each invalid sequence replaced by `�` (to render against) and a diagnostic at the first
+/// one, with its line and column.
+pub fn decode(bytes: &[u8]) -> Result<&str, (String, Diagnostics)> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(text),
+        Err(e) => {
+            let lossy = String::from_utf8_lossy(bytes).into_owned();
+            let at = e.valid_up_to();
+            let bad = e.error_len().unwrap_or(bytes.len() - at);
+            let shown: Vec<String> = bytes[at..at + bad]
+                .iter()
+                .map(|b| format!("0x{b:02x}"))
+                .collect();
+            // The prefix is valid, so the replacement character sits right after it.
+            let diag = crate::diag::Diagnostic::error(
+                format!("the file is not UTF-8: byte {at} is {}", shown.join(" ")),
+                at..at + '\u{fffd}'.len_utf8(),
+            )
+            .with_label("not UTF-8")
+            .with_help("save the file as UTF-8; outside comments and strings .sir is ASCII");
+            Err((lossy, Diagnostics(vec![diag])))
+        }
+    }
+}
+
 /// Prints a graph as `.sir` text; `parse(&print(g))` gives back a graph equal to `g`.
 pub fn print(g: &Graph) -> String {
     printer::print(g)

@@ -765,14 +765,9 @@ impl<'a> Parser<'a> {
         let end = self.close_bracket();
         let span = start.to(end);
         let ty = TensorType::new(dtype, shape);
-        if ty
-            .shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .is_none()
-        {
-            let diag = Diagnostic::error(format!("`{ty}` has too many elements"), span.range())
-                .with_label("the element count overflows 64 bits");
+        if ty.checked_size_bytes().is_none() {
+            let diag = Diagnostic::error(format!("`{ty}` is too large"), span.range())
+                .with_label("its size in bytes does not fit in 64 bits");
             return self.fail(diag);
         }
         Ok(TypeExpr { ty, span })

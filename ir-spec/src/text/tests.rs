@@ -179,7 +179,13 @@ fn extreme_ints() {
     let huge = graph("input x: f32[4294967296, 4294967296, 2]");
     assert_eq!(
         errors(&huge),
-        ["`f32[4294967296, 4294967296, 2]` has too many elements"]
+        ["`f32[4294967296, 4294967296, 2]` is too large"]
+    );
+    // 2^62 elements fit in 64 bits, their 2^64 bytes do not.
+    let wraps = graph("input x: f32[2147483648, 2147483648]");
+    assert_eq!(
+        errors(&wraps),
+        ["`f32[2147483648, 2147483648]` is too large"]
     );
 }
 

@@ -8,6 +8,10 @@
 //!   per-kernel profile table of one graph (kernel, pattern, dispatches, median ms, % of the run),
 //!   to find the hot kernels. Inputs not given are random.
 //!
+//! - `sinter-bench scaling [--nodes 10000]`: compile time of generated programs at N and 4N
+//!   nodes (a chain of relus, a training step through a chain); fails when 4N takes more than
+//!   `--max-ratio` (8) times as long as N, which a quadratic pass would.
+//!
 //! `--json` prints one JSON line per result on stdout (the tables go to stderr), in the format
 //! `bench/compare.py` reads next to PyTorch's (`bench/torch_matmul.py`).
 //!
@@ -18,6 +22,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+
+#[path = "bench/scaling.rs"]
+mod scaling;
 use sinter_compiler::codegen::matmul::Tile;
 use sinter_ir::DType;
 use sinter_ir::artifact::Artifact;
@@ -52,6 +59,8 @@ enum Command {
     /// step and the kernel profile; writes the program, its initial weights and the batch for
     /// `bench/gpt_torch.py`.
     Gpt(GptArgs),
+    /// Compile time at N and 4N nodes; fails when a pass scales worse than n log n.
+    Scaling(scaling::ScalingArgs),
 }
 
 #[derive(clap::Args)]
@@ -152,6 +161,7 @@ fn main() -> ExitCode {
         Command::Matmul(args) => matmul(args, &out),
         Command::Run(args) => run(args, &out),
         Command::Gpt(args) => gpt(args, &out),
+        Command::Scaling(args) => scaling::scaling(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,7 +10,7 @@
 //! Every file is checked before anything runs; a mismatch names the input, the file, what was
 //! expected and what the file holds.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use sinter_ir::TensorType;
 use sinter_runtime::io::{HostTensor, TensorData, read_npy};
@@ -21,6 +21,8 @@ use crate::error::CliError;
 #[derive(Debug)]
 struct Batched {
     name: String,
+    /// The file the samples came from.
+    path: PathBuf,
     /// `[S, rest…]`, as read.
     samples: HostTensor,
     /// `[B, rest…]`, refilled by [`DataSet::batch`].
@@ -147,6 +149,7 @@ impl DataSet {
             };
             batched.push(Batched {
                 name: name.clone(),
+                path: path.clone(),
                 samples,
                 batch,
                 stride,
@@ -162,6 +165,18 @@ impl DataSet {
             batch,
             shuffled: None,
         })
+    }
+
+    /// Checks every sample of every batched input before anything runs (a bad value found at
+    /// step 500 would waste the steps before it): i32 inputs that index something (`bounds`:
+    /// input name and the rows or classes it indexes) within range, f32 inputs finite. The
+    /// error names the file, the sample, the position in it and the value.
+    pub fn check_values(&self, bounds: &[(String, u64)]) -> Result<(), CliError> {
+        for b in &self.batched {
+            let bound = bounds.iter().find(|(n, _)| *n == b.name).map(|(_, v)| *v);
+            check_values(&b.name, &b.path, &b.samples, b.stride, bound, "sample")?;
+        }
+        Ok(())
     }
 
     /// Samples per data file (0 when no input is batched).
@@ -210,6 +225,56 @@ impl DataSet {
             .chain(self.fixed.iter().map(|(n, t)| (n.as_str(), t)))
             .collect()
     }
+}
+
+/// See [`DataSet::check_values`]; `unit` names what a block of `stride` values is (a sample,
+/// or for a whole tensor fed every step, nothing).
+pub fn check_values(
+    name: &str,
+    path: &Path,
+    t: &HostTensor,
+    stride: usize,
+    bound: Option<u64>,
+    unit: &str,
+) -> Result<(), CliError> {
+    let at = |flat: usize| {
+        if unit.is_empty() {
+            format!("position {flat}")
+        } else {
+            let stride = stride.max(1);
+            let within = if stride > 1 {
+                format!(", position {}", flat % stride)
+            } else {
+                String::new()
+            };
+            format!("{unit} {}{within}", flat / stride)
+        }
+    };
+    match (&t.data, bound) {
+        (TensorData::I32(values), Some(bound)) => {
+            if let Some((flat, v)) =
+                (values.iter().enumerate()).find(|&(_, &v)| v < 0 || v as u64 >= bound)
+            {
+                return Err(CliError::Feed(format!(
+                    "{}: {} of input `{name}` holds {v}, outside 0..{bound} (`{name}` indexes \
+                     {bound} embedding rows or classes)",
+                    path.display(),
+                    at(flat)
+                )));
+            }
+        }
+        (TensorData::F32(values), _) => {
+            if let Some((flat, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+                return Err(CliError::Feed(format!(
+                    "{}: {} of input `{name}` is {v}; training data must be finite",
+                    path.display(),
+                    at(flat)
+                )));
+            }
+        }
+        (TensorData::I32(_), None) => {}
+    }
+    Ok(())
 }
 
 /// Copies sample `rows[i]` of `from` to sample `i` of `to`.
@@ -354,6 +419,43 @@ mod tests {
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), 4, "an epoch repeats no sample");
+    }
+
+    #[test]
+    fn bad_values_name_file_sample_and_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut labels: Vec<i32> = (0..2000).map(|i| i % 10).collect();
+        labels[1000] = 12;
+        write(d, "y", &HostTensor::i32(vec![2000], labels));
+        let mut x = vec![0.5f32; 2000 * 3];
+        x[3 * 1500 + 2] = f32::NAN;
+        write(d, "x", &HostTensor::f32(vec![2000, 3], x));
+        let inputs = vec![
+            ("x".to_string(), ty(DType::F32, &[32, 3])),
+            ("y".to_string(), ty(DType::I32, &[32])),
+        ];
+        let data = DataSet::load(d, &inputs, Vec::new()).unwrap();
+        let err = |bounds: &[(String, u64)]| match data.check_values(bounds) {
+            Err(CliError::Feed(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let message = err(&[("y".to_string(), 10)]);
+        assert!(
+            message.contains("x.npy: sample 1500, position 2 of input `x` is NaN"),
+            "{message}"
+        );
+        write(d, "x", &HostTensor::f32(vec![2000, 3], vec![0.5; 6000]));
+        let data = DataSet::load(d, &inputs, Vec::new()).unwrap();
+        let message = match data.check_values(&[("y".to_string(), 10)]) {
+            Err(CliError::Feed(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            message.contains("y.npy: sample 1000 of input `y` holds 12, outside 0..10"),
+            "{message}"
+        );
+        assert!(data.check_values(&[("y".to_string(), 13)]).is_ok());
     }
 
     #[test]

@@ -143,6 +143,11 @@ impl Evaluator {
             .cloned()
             .collect();
         let data = DataSet::load(dir, &inputs, fixed)?;
+        let bounds: Vec<(String, u64)> = artifact
+            .slots(Role::Input)
+            .filter_map(|s| Some((s.name.clone(), s.index_bound?)))
+            .collect();
+        data.check_values(&bounds)?;
         let session = Session::load(artifact)?;
         Ok(Evaluator {
             session,
