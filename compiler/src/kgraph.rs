@@ -173,3 +173,74 @@ impl KernelGraph {
         ValueId((self.values.len() - 1) as u32)
     }
 }
+
+/// Runs a kernel graph in the reference interpreter: IR primitives by
+/// [`sinter_ir::interp::eval_node`], fused kernels by [`crate::fused::eval::eval`]. Params and
+/// states come from `persistent` by name, else from their initializers. Returns the outputs by
+/// name, in order, then the assigned values by target name, in order. This is how tests check
+/// that the optimizer's graphs compute what the source graph computes.
+pub fn evaluate(
+    kg: &KernelGraph,
+    inputs: &std::collections::HashMap<String, sinter_ir::interp::Tensor>,
+    persistent: &std::collections::HashMap<String, sinter_ir::interp::Tensor>,
+) -> Result<EvalResult, sinter_ir::interp::EvalError> {
+    use sinter_ir::interp::{Tensor, eval_node};
+    let mut values: Vec<Option<Tensor>> = vec![None; kg.values.len()];
+    for (i, v) in kg.values.iter().enumerate() {
+        values[i] = match &v.def {
+            KDef::Input => Some(inputs[&v.name].clone()),
+            KDef::Param(init) | KDef::State(init) => Some(
+                persistent
+                    .get(&v.name)
+                    .cloned()
+                    .unwrap_or_else(|| sinter_ir::init::initial_value(&v.ty, init)),
+            ),
+            KDef::Node { .. } => None,
+        };
+    }
+    for n in &kg.nodes {
+        let args: Vec<&Tensor> = n
+            .inputs
+            .iter()
+            .map(|i| values[i.index()].as_ref().expect("defined before use"))
+            .collect();
+        let out_types: Vec<TensorType> = n.outputs.iter().map(|&o| kg.ty(o).clone()).collect();
+        let results = match &n.op {
+            KernelOp::Ir(op, attrs) => eval_node(*op, attrs, &args, &out_types)?,
+            KernelOp::Fused(p) => {
+                let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
+                crate::fused::eval::eval(p, &owned)
+            }
+            KernelOp::MatmulEpilogue(p) => {
+                let product_ty = TensorType::f32(crate::fused::eval::shape_of(p, &p.operands[0]));
+                let product = eval_node(Op::Matmul, &Attrs::new(), &args[..2], &[product_ty])?;
+                let mut owned = product;
+                owned.extend(args[2..].iter().map(|&t| t.clone()));
+                crate::fused::eval::eval(p, &owned)
+            }
+        };
+        for (&o, t) in n.outputs.iter().zip(results) {
+            values[o.index()] = Some(t);
+        }
+    }
+    let get = |v: ValueId| values[v.index()].clone().expect("computed");
+    Ok(EvalResult {
+        outputs: kg
+            .outputs
+            .iter()
+            .map(|(name, v)| (name.clone(), get(*v)))
+            .collect(),
+        assigned: kg
+            .assigns
+            .iter()
+            .map(|&(t, s)| (kg.name_of(t).to_string(), get(s)))
+            .collect(),
+    })
+}
+
+/// What [`evaluate`] returns.
+#[derive(Clone, Debug)]
+pub struct EvalResult {
+    pub outputs: Vec<(String, sinter_ir::interp::Tensor)>,
+    pub assigned: Vec<(String, sinter_ir::interp::Tensor)>,
+}

@@ -204,6 +204,8 @@ struct Built {
     egraph: analysis::Graph,
     /// The class of every source value.
     class_of: Vec<Id>,
+    /// The source graph's own node of every class it computes (children as added).
+    original: HashMap<Id, ENode>,
     root: Id,
 }
 
@@ -215,16 +217,21 @@ fn build(g: &Graph) -> Built {
         .collect();
     let mut egraph = analysis::Graph::new(Types { leaves });
     let mut class_of = vec![Id::from(0usize); g.values.len()];
+    let mut original = HashMap::default();
     for v in g.value_ids() {
         if g.value(v).is_leaf() {
-            class_of[v.index()] = egraph.add(ENode::new(Head::Leaf(v), Vec::new()));
+            let n = ENode::new(Head::Leaf(v), Vec::new());
+            class_of[v.index()] = egraph.add(n.clone());
+            original.insert(class_of[v.index()], n);
         }
     }
     for node in &g.nodes {
         debug_assert_eq!(node.outputs.len(), 1, "primitives have one result");
         let kids = node.inputs.iter().map(|&i| class_of[i.index()]).collect();
-        let id = egraph.add(ENode::op(node.op, node.attrs.clone(), kids));
+        let n = ENode::op(node.op, node.attrs.clone(), kids);
+        let id = egraph.add(n.clone());
         class_of[node.outputs[0].index()] = id;
+        original.entry(id).or_insert(n);
     }
     let mut roots: Vec<Id> = g.outputs.iter().map(|&v| class_of[v.index()]).collect();
     roots.extend(g.assigns.iter().map(|a| class_of[a.source.index()]));
@@ -233,20 +240,24 @@ fn build(g: &Graph) -> Built {
     Built {
         egraph,
         class_of,
+        original,
         root,
     }
 }
 
-/// The source graph's own nodes, one per class: the cost of not optimizing.
+/// The source graph's own nodes, one per class (children canonical): the graph as given.
 fn original_choice(b: &Built) -> Vec<(Id, ENode)> {
+    let eg = &b.egraph;
     let mut seen = HashSet::default();
     let mut out = Vec::new();
-    for &c in &b.class_of {
-        let c = b.egraph.find(c);
-        if seen.insert(c)
-            && let Some(n) = b.egraph[c].nodes.first()
-        {
-            out.push((c, n.clone()));
+    for (&c, n) in &b.original {
+        let c = eg.find(c);
+        if seen.insert(c) {
+            let mut n = n.clone();
+            for k in n.kids.iter_mut() {
+                *k = eg.find(*k);
+            }
+            out.push((c, n));
         }
     }
     out
@@ -627,5 +638,88 @@ fn renumber(kg: &mut KernelGraph) {
         for (j, &o) in n.outputs.iter().enumerate() {
             kg.values[o.index()].def = KDef::Node { node: i, index: j };
         }
+    }
+}
+
+/// The e-graph of a graph after some rule sets, for tests: every equivalence it holds can be
+/// turned into a kernel graph and evaluated against the source.
+pub struct Exploration<'g> {
+    built: Built,
+    source: &'g Graph,
+    pub sets: Vec<SetReport>,
+}
+
+/// Runs the algebra and layout rules, and with `fusion` the fusion rules, over `g`.
+pub fn explore(g: &Graph, fusion: bool) -> Exploration<'_> {
+    let (algebra_limits, fusion_limits) = default_limits(g.nodes.len());
+    let mut built = build(g);
+    let mut sets = Vec::new();
+    let mut rules = rules::algebra();
+    rules.extend(rules::layout());
+    let mut plan = vec![("algebra+layout", rules, algebra_limits)];
+    if fusion {
+        let state = std::sync::Arc::new(fusion::State::default());
+        plan.push(("fusion", fusion::rules(state), fusion_limits));
+    }
+    for (name, set, limits) in plan {
+        let egraph = std::mem::take(&mut built.egraph);
+        let (egraph, report) = run_set(name, egraph, &set, limits);
+        built.egraph = egraph;
+        sets.push(report);
+    }
+    Exploration {
+        built,
+        source: g,
+        sets,
+    }
+}
+
+impl Exploration<'_> {
+    /// How often each rule applied, over every set run.
+    pub fn applied(&self, rule: &str) -> usize {
+        self.sets
+            .iter()
+            .flat_map(|s| s.applied.iter())
+            .filter(|(r, _)| r == rule)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The kernel graph of the source's own nodes (where a rule merged a class with one of its
+    /// operands, that operand), then for each node of each class that is not the source's own,
+    /// the kernel graph that computes that class with that node and every other class as the
+    /// source does (or, for classes the rules made, with some node of theirs); at most `limit`
+    /// of them, with what each is.
+    pub fn variants(&self, limit: usize) -> Vec<(String, KernelGraph)> {
+        let b = &self.built;
+        let eg = &b.egraph;
+        let levels = levels(b, self.source);
+        let original: HashMap<Id, ENode> = original_choice(b).into_iter().collect();
+        let root = eg.find(b.root);
+        // the source's own nodes where they are acyclic, some node elsewhere
+        let default = extract::extract(eg, root, &levels, Some(&original), Duration::ZERO);
+        let mut out = vec![(
+            "the source's nodes".to_string(),
+            to_kernel_graph(b, self.source, &default),
+        )];
+        for class in eg.classes() {
+            for n in &class.nodes {
+                if out.len() >= limit {
+                    return out;
+                }
+                if original.get(&class.id) == Some(n) || matches!(n.head, Head::Root) {
+                    continue;
+                }
+                let mut prev = original.clone();
+                prev.insert(class.id, n.clone());
+                let choice = extract::extract(eg, root, &levels, Some(&prev), Duration::ZERO);
+                if choice.node.get(&class.id) != Some(n) {
+                    continue; // not reachable from the outputs, or not acyclic here
+                }
+                let what = format!("class {} as {n}", class.id);
+                out.push((what, to_kernel_graph(b, self.source, &choice)));
+            }
+        }
+        out
     }
 }
