@@ -8,6 +8,7 @@
 //! compiler bug and fails compilation with naga's diagnostic.
 
 pub mod autodiff;
+pub mod bounds;
 pub mod codegen;
 pub mod error;
 pub mod fused;
@@ -25,7 +26,7 @@ use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
     Requirements, Role, TensorSlot,
 };
-use sinter_ir::{DType, Graph, ValueDef};
+use sinter_ir::{DType, Graph};
 
 pub use error::CompileError;
 use memory::MemoryPlan;
@@ -152,7 +153,10 @@ fn run_passes(
     let differentiated = autodiff::differentiate(&graph)?;
     let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
-    let bounds = index_bounds(&graph);
+    let contracts = bounds::analyze(&graph)?;
+    let index_bounds = (contracts.iter())
+        .filter_map(|(name, c)| Some((name.clone(), c.index_bound? as usize)))
+        .collect();
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
     let (kgraph, report) = if options.optimize {
@@ -164,11 +168,19 @@ fn run_passes(
     } else {
         (kgraph::KernelGraph::from_graph(&graph), None)
     };
-    let sched = schedule::lower(&kgraph, bounds)?;
+    let sched = schedule::lower(&kgraph, index_bounds)?;
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let artifact = pack(&kgraph, &sched, &mem, options)?;
+    let mut artifact = pack(&kgraph, &sched, &mem, options)?;
+    for slot in &mut artifact.tensors {
+        if let (Some(c), Role::Input | Role::Param | Role::State) =
+            (contracts.get(&slot.name), slot.role)
+        {
+            slot.index_bound = c.index_bound;
+            slot.at_least = c.at_least;
+        }
+    }
     let mut warnings = warnings;
     warnings.extend(loop_warnings(&artifact));
     Ok((artifact, warnings, report))
@@ -198,26 +210,6 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
             ))
         })
         .collect()
-}
-
-/// i32 inputs that index something (embedding ids, class labels), by name, with the number of
-/// rows or classes they index; found before decomposition, where the ops that index are whole.
-pub fn index_bounds(g: &Graph) -> HashMap<String, usize> {
-    use sinter_ir::Op;
-    let mut bounds: HashMap<String, usize> = HashMap::new();
-    for node in &g.nodes {
-        let (ids, bound) = match node.op {
-            Op::Embedding => (node.inputs[1], g.ty(node.inputs[0]).shape[0]),
-            Op::EmbeddingGrad => (node.inputs[1], node.attr(sinter_ir::key::NUM_EMBEDDINGS)),
-            Op::CrossEntropy => (node.inputs[1], g.ty(node.inputs[0]).shape[1]),
-            _ => continue,
-        };
-        if g.value(ids).def == ValueDef::Input {
-            let entry = bounds.entry(g.name_of(ids).to_string()).or_insert(bound);
-            *entry = (*entry).min(bound);
-        }
-    }
-    bounds
 }
 
 /// Generates every kernel, validates it, and assembles the artifact.
@@ -406,6 +398,7 @@ fn tensor_slots(
             offset: p.offset,
             init,
             index_bound: sched.index_bounds.get(&value).map(|&b| b as u64),
+            at_least: None,
         });
     }
     for o in &sched.outputs {
@@ -418,6 +411,7 @@ fn tensor_slots(
             offset: p.offset + o.view.offset as u64 * 4,
             init: None,
             index_bound: None,
+            at_least: None,
         });
     }
     (slots, blob)

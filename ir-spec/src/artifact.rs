@@ -151,7 +151,7 @@ pub enum Role {
 }
 
 /// A named tensor the caller can see: where it lives and what it is.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TensorSlot {
     pub name: String,
     pub role: Role,
@@ -166,6 +166,11 @@ pub struct TensorSlot {
     /// an out-of-range index into NaN.
     #[serde(default)]
     pub index_bound: Option<u64>,
+    /// For f32 inputs, params and states that an op's contract restricts (an optimizer's step
+    /// count): every value must be at least this, and not NaN. The runtime checks inputs before
+    /// upload and params and states when weights are loaded.
+    #[serde(default)]
+    pub at_least: Option<f64>,
 }
 
 impl TensorSlot {
@@ -431,6 +436,7 @@ mod tests {
                 offset: 16,
                 init: Some((0, 16)),
                 index_bound: None,
+                at_least: None,
             }],
             assigns: vec![],
             memory: MemoryReport::default(),

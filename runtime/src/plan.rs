@@ -232,6 +232,7 @@ mod tests {
             offset,
             init: None,
             index_bound: None,
+            at_least: None,
         }
     }
 
