@@ -789,8 +789,8 @@ fn check_contract(slot: &TensorSlot, t: &HostTensor) -> Result<(), RuntimeError>
         }
         TensorData::F32(values) => {
             if let Some(minimum) = slot.at_least
-                && let Some((position, &value)) =
-                    (values.iter().enumerate()).find(|&(_, &v)| v.is_nan() || f64::from(v) < minimum)
+                && let Some((position, &value)) = (values.iter().enumerate())
+                    .find(|&(_, &v)| v.is_nan() || f64::from(v) < minimum)
             {
                 return Err(RuntimeError::BelowMinimum {
                     name: slot.name.clone(),
