@@ -2,6 +2,8 @@
 //! differential check that runs a program through the reference interpreter and through the
 //! compiled artifact on the GPU and compares every output.
 
+pub mod fuzz_targets;
+
 use std::collections::HashMap;
 
 use sinter_ir::interp::{Tensor, evaluate};
