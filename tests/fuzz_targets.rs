@@ -14,6 +14,8 @@
 
 use std::path::Path;
 
+pub use crate::Rng;
+
 /// A target: its name (the corpus folder) and the function.
 pub struct Target {
     pub name: &'static str,
@@ -188,23 +190,6 @@ pub fn corpus(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// SplitMix64.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Values that tend to break size and index arithmetic.
 const INTERESTING: &[&str] = &[
     "0",
@@ -277,55 +262,55 @@ const TOKENS: &[&[u8]] = &[
 /// One mutation of `input`, sometimes splicing in part of `other`.
 pub fn mutate(input: &[u8], other: &[u8], text: bool, rng: &mut Rng) -> Vec<u8> {
     let mut out = input.to_vec();
-    let rounds = 1 + rng.below(4);
+    let rounds = 1 + rng.index(4);
     for _ in 0..rounds {
         let len = out.len();
-        let at = rng.below(len + 1);
-        match rng.below(if text { 10 } else { 7 }) {
+        let at = rng.index(len + 1);
+        match rng.index(if text { 10 } else { 7 }) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                out[i] ^= 1 << rng.below(8);
+                let i = rng.index(len);
+                out[i] ^= 1 << rng.index(8);
             }
             1 if len > 0 => {
-                let i = rng.below(len);
-                out[i] = rng.next() as u8;
+                let i = rng.index(len);
+                out[i] = rng.next_u64() as u8;
             }
             2 if len > 0 => {
-                let end = (at + 1 + rng.below(16)).min(len);
+                let end = (at + 1 + rng.index(16)).min(len);
                 out.drain(at.min(len)..end);
             }
             3 => {
-                let token = TOKENS[rng.below(TOKENS.len())];
+                let token = TOKENS[rng.index(TOKENS.len())];
                 out.splice(at..at, token.iter().copied());
             }
             4 if !other.is_empty() => {
-                let from = rng.below(other.len());
-                let n = 1 + rng.below(64.min(other.len() - from));
+                let from = rng.index(other.len());
+                let n = 1 + rng.index(64.min(other.len() - from));
                 out.splice(at..at, other[from..from + n].iter().copied());
             }
             5 if len > 0 => {
                 // Duplicate a chunk.
-                let from = rng.below(len);
-                let n = 1 + rng.below(32.min(len - from));
+                let from = rng.index(len);
+                let n = 1 + rng.index(32.min(len - from));
                 let chunk: Vec<u8> = out[from..from + n].to_vec();
                 out.splice(at..at, chunk);
             }
             6 if len >= 4 => {
                 // Overwrite four bytes with an extreme little-endian word.
-                let i = rng.below(len - 3);
-                let word = [0u32, 1, u32::MAX, 1 << 31, 0x7fc0_0000, 0x7f80_0000][rng.below(6)];
+                let i = rng.index(len - 3);
+                let word = [0u32, 1, u32::MAX, 1 << 31, 0x7fc0_0000, 0x7f80_0000][rng.index(6)];
                 out[i..i + 4].copy_from_slice(&word.to_le_bytes());
             }
             7 | 8 => {
                 // Replace a number with an interesting one.
                 let digits: Vec<usize> = (0..len).filter(|&i| out[i].is_ascii_digit()).collect();
-                if let Some(&i) = digits.get(rng.below(digits.len().max(1))) {
+                if let Some(&i) = digits.get(rng.index(digits.len().max(1))) {
                     let end = (i..len).find(|&j| !out[j].is_ascii_digit()).unwrap_or(len);
                     let start = (0..i)
                         .rev()
                         .find(|&j| !out[j].is_ascii_digit())
                         .map_or(0, |j| j + 1);
-                    let value = INTERESTING[rng.below(INTERESTING.len())];
+                    let value = INTERESTING[rng.index(INTERESTING.len())];
                     out.splice(start..end, value.bytes());
                 }
             }
@@ -333,9 +318,9 @@ pub fn mutate(input: &[u8], other: &[u8], text: bool, rng: &mut Rng) -> Vec<u8> 
                 // Duplicate a line.
                 let lines: Vec<usize> = (0..len).filter(|&i| out[i] == b'\n').collect();
                 if lines.len() >= 2 {
-                    let k = rng.below(lines.len() - 1);
+                    let k = rng.index(lines.len() - 1);
                     let line: Vec<u8> = out[lines[k] + 1..=lines[k + 1]].to_vec();
-                    let to = lines[rng.below(lines.len())] + 1;
+                    let to = lines[rng.index(lines.len())] + 1;
                     out.splice(to..to, line);
                 }
             }

@@ -45,6 +45,11 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
 }
 
 /// A random tensor: f32 values in [-2, 2) (never zero), i32 values in [0, int_bound).

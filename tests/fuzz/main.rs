@@ -88,12 +88,12 @@ fn fuzz(t: &Target, time: Duration, seed: u64) -> usize {
         eprintln!("fuzz: no corpus for `{}`; run with --write-seeds", t.name);
         return 0;
     }
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let start = Instant::now();
     let (mut runs, mut found) = (0u64, 0usize);
     while start.elapsed() < time {
-        let (_, a) = &inputs[rng.below(inputs.len())];
-        let (_, b) = &inputs[rng.below(inputs.len())];
+        let (_, a) = &inputs[rng.index(inputs.len())];
+        let (_, b) = &inputs[rng.index(inputs.len())];
         let input = mutate(a, b, t.text, &mut rng);
         runs += 1;
         if std::panic::catch_unwind(AssertUnwindSafe(|| (t.run)(&input))).is_err() {

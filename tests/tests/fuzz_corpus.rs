@@ -21,10 +21,10 @@ fn every_target_survives_its_corpus_and_a_burst_of_mutations() {
             let run = std::panic::catch_unwind(|| (t.run)(bytes));
             assert!(run.is_ok(), "`{}` panics on {name}", t.name);
         }
-        let mut rng = Rng(0x5eed ^ t.name.len() as u64);
+        let mut rng = Rng::new(0x5eed ^ t.name.len() as u64);
         for _ in 0..MUTATIONS {
-            let a = &seeds[rng.below(seeds.len())].1;
-            let b = &seeds[rng.below(seeds.len())].1;
+            let a = &seeds[rng.index(seeds.len())].1;
+            let b = &seeds[rng.index(seeds.len())].1;
             let input = mutate(a, b, t.text, &mut rng);
             let run = std::panic::catch_unwind(|| (t.run)(&input));
             assert!(
