@@ -3,6 +3,7 @@
 //! compiled artifact on the GPU and compares every output.
 
 pub mod fuzz_targets;
+pub mod random_program;
 
 use std::collections::HashMap;
 
