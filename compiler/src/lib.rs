@@ -24,7 +24,7 @@ use std::fmt::Write;
 
 use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
-    Requirements, Role, TensorSlot,
+    Requirements, Role, TensorSlot, WORD_BYTES,
 };
 use sinter_ir::{DType, Graph};
 
@@ -273,7 +273,7 @@ fn pack(
             .max(*src.workgroups.iter().max().expect("3 dims"));
         req.max_uniform_buffer_binding_size = req
             .max_uniform_buffer_binding_size
-            .max(src.params.len() as u64 * 4);
+            .max(src.params.len() as u64 * size_of::<u32>() as u64);
         dispatches.push(Dispatch {
             kernel: index,
             arenas: src.arenas,
@@ -313,7 +313,7 @@ fn pack(
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
                 source_arena: s.arena,
-                source_offset: s.offset + view.offset as u64 * 4,
+                source_offset: s.offset + view.offset as u64 * WORD_BYTES,
                 target_arena: t.arena,
                 target_offset: t.offset,
                 bytes: graph.ty(*target).size_bytes() as u64,
@@ -408,7 +408,7 @@ fn tensor_slots(
             role: Role::Output,
             ty: o.ty.clone(),
             arena: p.arena,
-            offset: p.offset + o.view.offset as u64 * 4,
+            offset: p.offset + o.view.offset as u64 * WORD_BYTES,
             init: None,
             index_bound: None,
             at_least: None,

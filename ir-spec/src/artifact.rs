@@ -20,6 +20,10 @@
 use crate::types::TensorType;
 
 pub const MAGIC: [u8; 8] = *b"SINTART\0";
+
+/// Bytes of one arena word: arenas are `array<f32>`, and i32 values live in them as bit
+/// patterns. Offsets in param blocks count words; offsets in the manifest count bytes.
+pub const WORD_BYTES: u64 = crate::types::DType::F32.size_bytes() as u64;
 pub const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
 
@@ -363,7 +367,7 @@ impl Artifact {
             d.arenas
                 .get(binding)
                 .and_then(|&a| self.arenas.get(a as usize))
-                .map(|a| a.size_bytes / 4)
+                .map(|a| a.size_bytes / WORD_BYTES)
         };
         for &[word, binding] in &d.address_words {
             let Some(limit) = words(binding as usize) else {

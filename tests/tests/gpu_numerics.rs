@@ -291,3 +291,21 @@ fn arithmetic_with_literal_zeros_and_infinities() {
     let x = f32s(&[6], &[NAN, INF, -INF, 0.0, -2.0, 3.0]);
     check(src, &[("x", x)], 0.0);
 }
+
+/// `iota` folds into the kernels that read it: as a value, a mask and an exponent.
+#[test]
+fn iota_as_value_mask_and_exponent() {
+    let src = "graph t {
+  input x: f32[2, 3]
+  a = mul(x, iota(shape=[2, 3], axis=1))
+  b = where(gt(iota(shape=[3], axis=0), 0.5), x, -inf)
+  c = pow(x, iota(shape=[2, 1], axis=0))
+  output a, b, c
+}
+";
+    check(
+        src,
+        &[("x", f32s(&[2, 3], &[NAN, INF, -2.0, 0.0, -0.0, 3.0]))],
+        1e-6,
+    );
+}
