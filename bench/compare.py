@@ -40,6 +40,12 @@ def fmt(x, spec):
     return "-".rjust(int(spec.split(".")[0]))
 
 
+def order(item):
+    # square sizes (numbers) by size first, then shape labels (strings) by text
+    bench, dtype, n = item[0]
+    return (bench, dtype, isinstance(n, str), n if isinstance(n, int) else 0, str(n))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -51,7 +57,7 @@ def main():
               f"{'floor ms':>9}")
     print(header)
     bad = False
-    for (bench, dtype, n), by_impl in sorted(results.items()):
+    for (bench, dtype, n), by_impl in sorted(results.items(), key=order):
         s, t = by_impl.get("sinter", {}), by_impl.get("torch", {})
         bad |= any(r.get("ok") is False for r in by_impl.values())
         sk, tk = s.get("kernel_ms"), t.get("kernel_ms")
@@ -60,7 +66,7 @@ def main():
         share = 100 * sf / tf if sf and tf else None
         floor = s.get("floor_ms", t.get("floor_ms"))
         flags = "".join(f" [{impl} WRONG]" for impl, r in by_impl.items() if r.get("ok") is False)
-        print(f"{bench:<8} {dtype:<5} {n:>6}  {fmt(sk, '10.4f')} {fmt(tk, '10.4f')} {fmt(ratio, '7.2f')}  "
+        print(f"{bench:<8} {dtype:<5} {str(n):>6}  {fmt(sk, '10.4f')} {fmt(tk, '10.4f')} {fmt(ratio, '7.2f')}  "
               f"{fmt(sf, '11.2f')} {fmt(tf, '10.2f')} {fmt(share, '7.1f')}  "
               f"{fmt(s.get('wall_ms'), '11.3f')} {fmt(t.get('wall_copy_ms', t.get('wall_ms')), '10.3f')}  "
               f"{fmt(floor, '9.4f')}{flags}")

@@ -2,6 +2,11 @@
 """PyTorch fp32 matmul (TF32 off), timed like `sinter-bench matmul`, for the ratio table.
 
     python3 bench/torch_matmul.py --sizes 1024,2048,4096 --repeats 20 [--json]
+    python3 bench/torch_matmul.py --shapes 2048x768x2304,48*512x64x512:bt,768x2048x768:at --json
+
+`--shapes` takes `[B*]MxKxN[:at][:bt]` like `sinter-bench matmul --shapes`: B batch entries, and
+`:at` / `:bt` make that operand a transposed view of its storage (`[.., K, M]` / `[.., N, K]`);
+the JSON `n` is then that label.
 
 Per size: random inputs (never zero: magnitude in [0.25, 1], either sign), `warmup` untimed
 calls, then `repeats` calls each timed with a pair of `torch.cuda.Event`s; the median is the
@@ -26,23 +31,40 @@ PEAK_FLOPS = 67e12  # H200 fp32 FMA peak on paper (GPU.md)
 PEAK_BYTES = 4.26e12  # measured device copy bandwidth, read + write (GPU.md)
 
 
-def nonzero(n, generator, device):
-    magnitude = 0.25 + 0.75 * torch.rand(n, n, generator=generator, device=device)
-    sign = torch.randint(0, 2, (n, n), generator=generator, device=device) * 2 - 1
+def nonzero(shape, generator, device):
+    magnitude = 0.25 + 0.75 * torch.rand(*shape, generator=generator, device=device)
+    sign = torch.randint(0, 2, shape, generator=generator, device=device) * 2 - 1
     return (magnitude * sign).to(torch.float32)
 
 
-def bench(n, repeats, warmup, seed, tolerance):
+def parse_shape(text):
+    """`[B*]MxKxN[:at][:bt]` -> (batch, m, k, n, at, bt)."""
+    dims, *flags = text.split(":")
+    batch, _, dims = dims.rpartition("*")
+    m, k, n = (int(d) for d in dims.split("x"))
+    if any(f not in ("at", "bt") for f in flags):
+        raise SystemExit(f"torch_matmul.py: flags in `{text}` are `at` and `bt`")
+    return int(batch or 1), m, k, n, "at" in flags, "bt" in flags
+
+
+def bench(label, shape, repeats, warmup, seed, tolerance):
+    batch, m, k, n, at, bt = shape
     device = torch.device("cuda")
-    gen = torch.Generator(device=device).manual_seed(seed + n)
-    a = nonzero(n, gen, device)
-    b = nonzero(n, gen, device)
-    c = torch.empty(n, n, device=device, dtype=torch.float32)
+    gen = torch.Generator(device=device).manual_seed(seed + m)
+    lead = (batch,) if batch > 1 else ()
+    a = nonzero(lead + ((k, m) if at else (m, k)), gen, device)
+    b = nonzero(lead + ((n, k) if bt else (k, n)), gen, device)
+    if at:
+        a = a.transpose(-2, -1)
+    if bt:
+        b = b.transpose(-2, -1)
+    c = torch.empty(lead + (m, n), device=device, dtype=torch.float32)
     ref = a.double() @ b.double()
     max_ref = ref.abs().max().item()
+    mm = torch.bmm if batch > 1 else torch.mm
 
     for _ in range(warmup):
-        torch.mm(a, b, out=c)
+        mm(a, b, out=c)
     torch.cuda.synchronize()
 
     times, worst = [], 0.0
@@ -50,7 +72,7 @@ def bench(n, repeats, warmup, seed, tolerance):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.mm(a, b, out=c)
+        mm(a, b, out=c)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))  # ms
@@ -59,7 +81,7 @@ def bench(n, repeats, warmup, seed, tolerance):
     walls = []
     for _ in range(repeats):
         t = time.perf_counter()
-        torch.mm(a, b, out=c)
+        mm(a, b, out=c)
         torch.cuda.synchronize()
         walls.append((time.perf_counter() - t) * 1e3)
 
@@ -68,19 +90,23 @@ def bench(n, repeats, warmup, seed, tolerance):
     for _ in range(repeats):
         t = time.perf_counter()
         ga, gb = a_host.to(device), b_host.to(device)
-        c_host = torch.mm(ga, gb).cpu()  # .cpu() synchronizes
+        c_host = mm(ga, gb).cpu()  # .cpu() synchronizes
         copies.append((time.perf_counter() - t) * 1e3)
     del c_host
 
     kernel_ms = statistics.median(times)
-    flops = 2.0 * n**3
+    flops = 2.0 * batch * m * k * n
     flop_floor = flops / PEAK_FLOPS * 1e3
-    byte_floor = 3 * 4 * n * n / PEAK_BYTES * 1e3
+    byte_floor = 4 * batch * (m * k + k * n + m * n) / PEAK_BYTES * 1e3
     return {
         "bench": "matmul",
         "impl": "torch",
         "dtype": "f32",
-        "n": n,
+        "n": label,
+        "batch": batch,
+        "m": m,
+        "k": k,
+        "cols": n,
         "repeats": repeats,
         "kernel_ms": kernel_ms,
         "wall_ms": statistics.median(walls),
@@ -90,7 +116,7 @@ def bench(n, repeats, warmup, seed, tolerance):
         "flop_floor_ms": flop_floor,
         "byte_floor_ms": byte_floor,
         "max_rel_err": worst,
-        "checked": n * n,
+        "checked": batch * m * n,
         "ok": worst <= tolerance,
         "adapter": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
@@ -100,6 +126,7 @@ def bench(n, repeats, warmup, seed, tolerance):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1024,2048,4096", help="comma-separated n")
+    p.add_argument("--shapes", default="", help="comma-separated [B*]MxKxN[:at][:bt]; replaces --sizes")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
@@ -115,13 +142,18 @@ def main():
 
     table = sys.stderr if args.json else sys.stdout
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, TF32 off", file=table)
-    print(f"{'n':>6}  {'kernel ms':>10}  {'TFLOP/s':>8}  {'wall ms':>9}  {'+copy ms':>9}  "
+    print(f"{'n':>18}  {'kernel ms':>10}  {'TFLOP/s':>8}  {'wall ms':>9}  {'+copy ms':>9}  "
           f"{'floor ms':>9}  {'%peak':>6}  {'max rel err':>11}", file=table)
     wrong = False
-    for n in (int(s) for s in args.sizes.split(",") if s.strip()):
-        r = bench(n, args.repeats, args.warmup, args.seed, args.tolerance)
+    if args.shapes:
+        runs = [(s, parse_shape(s)) for s in args.shapes.split(",") if s.strip()]
+    else:
+        runs = [(int(s), (1, int(s), int(s), int(s), False, False))
+                for s in args.sizes.split(",") if s.strip()]
+    for label, shape in runs:
+        r = bench(label, shape, args.repeats, args.warmup, args.seed, args.tolerance)
         wrong |= not r["ok"]
-        print(f"{n:>6}  {r['kernel_ms']:>10.4f}  {r['tflops']:>8.2f}  {r['wall_ms']:>9.4f}  "
+        print(f"{str(label):>18}  {r['kernel_ms']:>10.4f}  {r['tflops']:>8.2f}  {r['wall_ms']:>9.4f}  "
               f"{r['wall_copy_ms']:>9.3f}  {r['floor_ms']:>9.4f}  "
               f"{100 * r['floor_ms'] / r['kernel_ms']:>6.1f}  {r['max_rel_err']:>11.2e}", file=table)
         if args.json:

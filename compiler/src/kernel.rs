@@ -24,6 +24,33 @@ pub struct Matmul {
     pub epilogue: Option<FusedKernel>,
 }
 
+/// A flash attention kernel (see [`crate::flash`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flash {
+    pub spec: crate::flash::FlashSpec,
+    /// Batch extents (the score space without its last two axes).
+    pub batch: Vec<usize>,
+    pub sq: usize,
+    pub sk: usize,
+    /// Head dimension of q and k, and of v.
+    pub d: usize,
+    pub dv: usize,
+    /// `q [batch.., sq, d]`, `k [batch.., sk, d]`, `v [batch.., sk, dv]`, broadcast to the batch
+    /// (stride 0 where shared).
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    /// Backward kernels: `dO [batch.., sq, dv]`, `L` and `D` as `[batch.., sq, 1]`.
+    pub d_o: Option<View>,
+    pub lse: Option<View>,
+    pub delta: Option<View>,
+    /// Views of the score function's other operands, and of its backward's.
+    pub score_extras: Vec<View>,
+    pub dscore_extras: Vec<View>,
+    /// Forward: `O`, `L`; dK/dV: `dK [batch.., sk, d]`, `dV`; dQ: `dQ`.
+    pub outputs: Vec<View>,
+}
+
 /// 2-D convolution, NCHW / OIHW.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conv2d {
@@ -112,6 +139,7 @@ pub enum KernelPlan {
     Pool2dGrad(Pool2dGrad),
     ScatterAdd(ScatterAdd),
     SliceGrad(SliceGrad),
+    Flash(Box<Flash>),
 }
 
 impl KernelPlan {
@@ -145,8 +173,42 @@ impl KernelPlan {
                 }
             }
             KernelPlan::ScatterAdd(_) => "scatter_add",
+            KernelPlan::Flash(f) => f.spec.pattern(),
             KernelPlan::SliceGrad(_) => "slice_grad",
         }
+    }
+
+    /// Bytes the kernel reads and writes: for each view it touches, its distinct elements (a
+    /// broadcast axis counts once).
+    pub fn bytes_moved(&self) -> u64 {
+        let distinct = |v: &View| -> u64 {
+            v.shape
+                .iter()
+                .zip(&v.strides)
+                .filter(|(_, s)| **s != 0)
+                .map(|(&d, _)| d as u64)
+                .product::<u64>()
+                * sinter_ir::artifact::WORD_BYTES
+        };
+        let views: Vec<&View> = match self {
+            KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),
+            KernelPlan::Matmul(m) => {
+                let mut v = vec![&m.a, &m.b, &m.out];
+                if let Some(e) = &m.epilogue {
+                    v.extend(&e.operands[1..]);
+                }
+                v
+            }
+            KernelPlan::Conv2d(c) => [&c.x, &c.w, &c.out].into_iter().chain(&c.bias).collect(),
+            KernelPlan::Pool2d(p) => vec![&p.x, &p.out],
+            KernelPlan::Gather(g) => vec![&g.table, &g.ids, &g.out],
+            KernelPlan::Conv2dGrad(c) => vec![&c.a, &c.b, &c.out],
+            KernelPlan::Pool2dGrad(p) => [&p.dy, &p.out].into_iter().chain(&p.x).collect(),
+            KernelPlan::ScatterAdd(s) => vec![&s.dy, &s.ids, &s.out],
+            KernelPlan::SliceGrad(s) => vec![&s.dy, &s.out],
+            KernelPlan::Flash(f) => f.reads().into_iter().chain(&f.outputs).collect(),
+        };
+        views.into_iter().map(distinct).sum()
     }
 
     /// Buffers read and written, for liveness.
@@ -178,6 +240,20 @@ impl KernelPlan {
             }
             KernelPlan::ScatterAdd(s) => (vec![s.dy.buffer, s.ids.buffer], vec![s.out.buffer]),
             KernelPlan::SliceGrad(s) => (vec![s.dy.buffer], vec![s.out.buffer]),
+            KernelPlan::Flash(f) => (
+                f.reads().iter().map(|v| v.buffer).collect(),
+                f.outputs.iter().map(|v| v.buffer).collect(),
+            ),
         }
+    }
+}
+
+impl Flash {
+    /// Every view the kernel reads.
+    pub fn reads(&self) -> Vec<&View> {
+        let mut v = vec![&self.q, &self.k, &self.v];
+        v.extend(self.d_o.iter().chain(&self.lse).chain(&self.delta));
+        v.extend(self.score_extras.iter().chain(&self.dscore_extras));
+        v
     }
 }

@@ -19,6 +19,8 @@ pub enum KernelOp {
     /// `a @ b` (inputs 0 and 1) stored through an elementwise epilogue program whose operand 0
     /// is the product and whose operand `i > 0` is input `i + 1`.
     MatmulEpilogue(Box<Program>),
+    /// A flash attention kernel (see [`crate::flash`]); inputs and results as its kind says.
+    Flash(Box<crate::flash::FlashSpec>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +31,8 @@ pub struct KNode {
     /// The source values this node computes or absorbed (as `value = op`), for the artifact's
     /// kernel listing.
     pub sources: Vec<String>,
+    /// The rewrite rules that built this node (empty for a source op).
+    pub rules: Vec<String>,
 }
 
 impl KNode {
@@ -36,7 +40,7 @@ impl KNode {
     pub fn ir(&self) -> Option<Op> {
         match &self.op {
             KernelOp::Ir(op, _) => Some(*op),
-            KernelOp::Fused(_) | KernelOp::MatmulEpilogue(_) => None,
+            _ => None,
         }
     }
 
@@ -117,6 +121,7 @@ impl KernelGraph {
                     .iter()
                     .map(|&o| format!("{} = {}", g.name_of(o), n.op.name()))
                     .collect(),
+                rules: Vec::new(),
             })
             .collect();
         KernelGraph {
@@ -156,6 +161,77 @@ impl KernelGraph {
         matches!(self.value(v).def, KDef::Param(_) | KDef::State(_))
     }
 
+    /// The graph in Graphviz's DOT language: one box per kernel (its op, or the pattern of a
+    /// fused kernel and how many source ops it covers), one ellipse per input, param and state,
+    /// an edge per operand labelled with its type; outputs and assign sources doubly outlined.
+    pub fn to_dot(&self) -> String {
+        use std::fmt::Write;
+        let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut s = format!(
+            "digraph \"{}\" {{\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n",
+            quote(&self.name)
+        );
+        let results: std::collections::HashSet<ValueId> = self
+            .outputs
+            .iter()
+            .map(|(_, v)| *v)
+            .chain(self.assigns.iter().map(|(_, v)| *v))
+            .collect();
+        for (i, v) in self.values.iter().enumerate() {
+            if !matches!(v.def, KDef::Node { .. }) {
+                let kind = match v.def {
+                    KDef::Input => "input",
+                    KDef::Param(_) => "param",
+                    _ => "state",
+                };
+                writeln!(
+                    s,
+                    "  v{i} [shape=ellipse, label=\"{kind} {}\\n{}\"];",
+                    quote(&v.name),
+                    v.ty
+                )
+                .unwrap();
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let what = match &node.op {
+                KernelOp::Ir(op, _) => op.name().to_string(),
+                KernelOp::Fused(p) => format!("fused {} ({} ops)", p.pattern(), node.sources.len()),
+                KernelOp::MatmulEpilogue(_) => {
+                    format!("matmul + epilogue ({} ops)", node.sources.len())
+                }
+                KernelOp::Flash(spec) => spec.pattern().to_string(),
+            };
+            let names: Vec<&str> = node.outputs.iter().map(|&o| self.name_of(o)).collect();
+            let peripheries = if node.outputs.iter().any(|o| results.contains(o)) {
+                2
+            } else {
+                1
+            };
+            writeln!(
+                s,
+                "  n{n} [shape=box, peripheries={peripheries}, label=\"{}\\n{}\"];",
+                quote(&names.join(", ")),
+                quote(&what)
+            )
+            .unwrap();
+            for &input in &node.inputs {
+                let from = match self.value(input).def {
+                    KDef::Node { node: m, .. } => format!("n{m}"),
+                    _ => format!("v{}", input.index()),
+                };
+                writeln!(
+                    s,
+                    "  {from} -> n{n} [label=\"{}\", fontsize=8];",
+                    self.ty(input)
+                )
+                .unwrap();
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+
     /// Adds a value computed by node `node` (the node must be pushed with this value among its
     /// outputs).
     pub fn add_value(
@@ -172,4 +248,79 @@ impl KernelGraph {
         });
         ValueId((self.values.len() - 1) as u32)
     }
+}
+
+/// Runs a kernel graph in the reference interpreter: IR primitives by
+/// [`sinter_ir::interp::eval_node`], fused kernels by [`crate::fused::eval::eval`]. Params and
+/// states come from `persistent` by name, else from their initializers. Returns the outputs by
+/// name, in order, then the assigned values by target name, in order. This is how tests check
+/// that the optimizer's graphs compute what the source graph computes.
+pub fn evaluate(
+    kg: &KernelGraph,
+    inputs: &std::collections::HashMap<String, sinter_ir::interp::Tensor>,
+    persistent: &std::collections::HashMap<String, sinter_ir::interp::Tensor>,
+) -> Result<EvalResult, sinter_ir::interp::EvalError> {
+    use sinter_ir::interp::{Tensor, eval_node};
+    let mut values: Vec<Option<Tensor>> = vec![None; kg.values.len()];
+    for (i, v) in kg.values.iter().enumerate() {
+        values[i] = match &v.def {
+            KDef::Input => Some(inputs[&v.name].clone()),
+            KDef::Param(init) | KDef::State(init) => Some(
+                persistent
+                    .get(&v.name)
+                    .cloned()
+                    .unwrap_or_else(|| sinter_ir::init::initial_value(&v.ty, init)),
+            ),
+            KDef::Node { .. } => None,
+        };
+    }
+    for n in &kg.nodes {
+        let args: Vec<&Tensor> = n
+            .inputs
+            .iter()
+            .map(|i| values[i.index()].as_ref().expect("defined before use"))
+            .collect();
+        let out_types: Vec<TensorType> = n.outputs.iter().map(|&o| kg.ty(o).clone()).collect();
+        let results = match &n.op {
+            KernelOp::Ir(op, attrs) => eval_node(*op, attrs, &args, &out_types)?,
+            KernelOp::Fused(p) => {
+                let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
+                crate::fused::eval::eval(p, &owned)
+            }
+            KernelOp::Flash(spec) => {
+                let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
+                crate::flash::eval(spec, &owned)
+            }
+            KernelOp::MatmulEpilogue(p) => {
+                let product_ty = TensorType::f32(crate::fused::eval::shape_of(p, &p.operands[0]));
+                let product = eval_node(Op::Matmul, &Attrs::new(), &args[..2], &[product_ty])?;
+                let mut owned = product;
+                owned.extend(args[2..].iter().map(|&t| t.clone()));
+                crate::fused::eval::eval(p, &owned)
+            }
+        };
+        for (&o, t) in n.outputs.iter().zip(results) {
+            values[o.index()] = Some(t);
+        }
+    }
+    let get = |v: ValueId| values[v.index()].clone().expect("computed");
+    Ok(EvalResult {
+        outputs: kg
+            .outputs
+            .iter()
+            .map(|(name, v)| (name.clone(), get(*v)))
+            .collect(),
+        assigned: kg
+            .assigns
+            .iter()
+            .map(|&(t, s)| (kg.name_of(t).to_string(), get(s)))
+            .collect(),
+    })
+}
+
+/// What [`evaluate`] returns.
+#[derive(Clone, Debug)]
+pub struct EvalResult {
+    pub outputs: Vec<(String, sinter_ir::interp::Tensor)>,
+    pub assigned: Vec<(String, sinter_ir::interp::Tensor)>,
 }

@@ -11,6 +11,7 @@ pub mod autodiff;
 pub mod bounds;
 pub mod codegen;
 pub mod error;
+pub mod flash;
 pub mod fused;
 pub mod kernel;
 pub mod kgraph;
@@ -80,6 +81,9 @@ pub struct Options {
     pub matmul_tile: Option<codegen::matmul::Tile>,
     /// Run the e-graph optimizer (`--no-opt` turns it off).
     pub optimize: bool,
+    /// Keep the kernel graphs before and after optimization as Graphviz DOT text
+    /// ([`Compiled::dot`]).
+    pub dot: bool,
 }
 
 impl Default for Options {
@@ -89,6 +93,7 @@ impl Default for Options {
             dump_after: Vec::new(),
             matmul_tile: None,
             optimize: true,
+            dot: false,
         }
     }
 }
@@ -103,18 +108,17 @@ pub struct Compiled {
     pub warnings: Vec<String>,
     /// What the optimizer did (`None` with `--no-opt`).
     pub optimize: Option<optimize::Report>,
+    /// With [`Options::dot`]: `(name, DOT text)` of the kernel graph before optimization (the
+    /// decomposed graph, one kernel per primitive) and after.
+    pub dot: Vec<(&'static str, String)>,
 }
 
 /// The whole pipeline, pass by pass.
 pub fn compile(graph: &Graph, options: &Options) -> Result<Compiled, CompileError> {
     let mut dumps = Vec::new();
-    let (artifact, warnings, report) = run_passes(graph, options, &mut dumps)?;
-    Ok(Compiled {
-        artifact,
-        dumps,
-        warnings,
-        optimize: report,
-    })
+    let mut compiled = run_passes(graph, options, &mut dumps)?;
+    compiled.dumps = dumps;
+    Ok(compiled)
 }
 
 /// [`compile`], keeping the dumps of the passes that ran when a later one fails (that is when
@@ -125,24 +129,20 @@ pub fn compile_keeping_dumps(
 ) -> (Vec<(Pass, String)>, Result<Compiled, CompileError>) {
     let mut dumps = Vec::new();
     match run_passes(graph, options, &mut dumps) {
-        Ok((artifact, warnings, report)) => (
-            Vec::new(),
-            Ok(Compiled {
-                artifact,
-                dumps,
-                warnings,
-                optimize: report,
-            }),
-        ),
+        Ok(mut compiled) => {
+            compiled.dumps = dumps;
+            (Vec::new(), Ok(compiled))
+        }
         Err(e) => (dumps, Err(e)),
     }
 }
 
+/// Every pass in order; the dumps go to `dumps` as they are made.
 fn run_passes(
     graph: &Graph,
     options: &Options,
     dumps: &mut Vec<(Pass, String)>,
-) -> Result<(Artifact, Vec<String>, Option<optimize::Report>), CompileError> {
+) -> Result<Compiled, CompileError> {
     let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
         if options.dump_after.contains(&pass) {
             dumps.push((pass, text()));
@@ -154,11 +154,12 @@ fn run_passes(
     let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
     let contracts = bounds::analyze(&graph)?;
-    let index_bounds = (contracts.iter())
+    let bounds: HashMap<String, usize> = (contracts.iter())
         .filter_map(|(name, c)| Some((name.clone(), c.index_bound? as usize)))
         .collect();
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
+    let unoptimized = kgraph::KernelGraph::from_graph(&graph);
     let (kgraph, report) = if options.optimize {
         let (kg, report) = optimize::optimize(&graph);
         dump(Pass::Optimize, &|| {
@@ -166,9 +167,17 @@ fn run_passes(
         });
         (kg, Some(report))
     } else {
-        (kgraph::KernelGraph::from_graph(&graph), None)
+        (unoptimized.clone(), None)
     };
-    let sched = schedule::lower(&kgraph, index_bounds)?;
+    let sched = schedule::lower(&kgraph, bounds.clone())?;
+    let summary = match &report {
+        Some(r) => Some(optimizer_summary(
+            r,
+            &schedule::lower(&unoptimized, bounds)?,
+            &sched,
+        )),
+        None => None,
+    };
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
@@ -181,9 +190,69 @@ fn run_passes(
             slot.at_least = c.at_least;
         }
     }
+    artifact.optimizer = summary;
     let mut warnings = warnings;
     warnings.extend(loop_warnings(&artifact));
-    Ok((artifact, warnings, report))
+    let dot = if options.dot {
+        vec![("before", unoptimized.to_dot()), ("after", kgraph.to_dot())]
+    } else {
+        Vec::new()
+    };
+    Ok(Compiled {
+        artifact,
+        dumps: Vec::new(),
+        warnings,
+        optimize: report,
+        dot,
+    })
+}
+
+/// The back half of [`compile`] for a kernel graph built directly (tests of kernels that only
+/// the optimizer makes): lowering, memory plan, codegen, artifact.
+pub fn compile_kernel_graph(
+    kgraph: &kgraph::KernelGraph,
+    options: &Options,
+) -> Result<Artifact, CompileError> {
+    let sched = schedule::lower(kgraph, HashMap::new())?;
+    let mem = memory::plan(&sched, options.max_binding_size)?;
+    pack(kgraph, &sched, &mem, options)
+}
+
+/// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
+/// per primitive) and after, and the rule sets' runs.
+fn optimizer_summary(
+    report: &optimize::Report,
+    before: &Schedule,
+    after: &Schedule,
+) -> sinter_ir::artifact::OptimizerSummary {
+    use sinter_ir::artifact::{OptimizerSummary, RuleSetSummary, StepSummary};
+    let step = |s: &Schedule, estimate: f64| StepSummary {
+        dispatches: s.steps.len() as u64,
+        bytes_moved: s.steps.iter().map(|st| st.plan.bytes_moved()).sum(),
+        estimated_us: estimate / 1e3,
+    };
+    OptimizerSummary {
+        before: step(before, report.cost_before),
+        after: step(after, report.cost_after),
+        rule_sets: report
+            .sets
+            .iter()
+            .map(|s| RuleSetSummary {
+                name: s.name.to_string(),
+                iterations: s.iterations as u64,
+                stop: s.stop.clone(),
+                e_nodes: s.nodes as u64,
+                e_classes: s.classes as u64,
+                ms: s.time.as_secs_f64() * 1e3,
+                applied: s
+                    .applied
+                    .iter()
+                    .map(|(r, n)| (r.clone(), *n as u64))
+                    .collect(),
+            })
+            .collect(),
+        ms: report.total_time.as_secs_f64() * 1e3,
+    }
 }
 
 /// A warning per kernel whose invocations loop more often than Mesa's software Vulkan allows
@@ -240,6 +309,11 @@ fn pack(
                         k.ops.push(op.clone());
                     }
                 }
+                for r in &step.rules {
+                    if !k.rules.contains(r) {
+                        k.rules.push(r.clone());
+                    }
+                }
                 i
             }
             None => {
@@ -255,6 +329,7 @@ fn pack(
                     workgroup_size: [codegen::WORKGROUP, 1, 1],
                     arena_bindings: src.arenas.len() as u32,
                     loops_bounded: true,
+                    rules: step.rules.clone(),
                     param_words: src.params.len() as u32,
                 });
                 by_text.insert(src.wgsl.clone(), i);
@@ -351,6 +426,7 @@ fn pack(
         tensors,
         assigns,
         memory,
+        optimizer: None,
         blob,
     };
     artifact
@@ -428,6 +504,7 @@ pub fn describe_kernel_graph(kg: &kgraph::KernelGraph) -> String {
             kgraph::KernelOp::Ir(op, _) => op.name().to_string(),
             kgraph::KernelOp::Fused(p) => format!("fused {}", p.pattern()),
             kgraph::KernelOp::MatmulEpilogue(_) => "matmul_epilogue".to_string(),
+            kgraph::KernelOp::Flash(spec) => spec.pattern().to_string(),
         };
         writeln!(
             s,

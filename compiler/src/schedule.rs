@@ -44,6 +44,8 @@ pub struct Step {
     pub plan: KernelPlan,
     /// The source ops this step implements, as `value = op`.
     pub ops: Vec<String>,
+    /// The rewrite rules that built its kernel.
+    pub rules: Vec<String>,
 }
 
 /// A named tensor the caller reads after a run: a contiguous view.
@@ -172,7 +174,20 @@ impl Lowering<'_> {
     }
 
     fn push(&mut self, plan: KernelPlan, ops: Vec<String>) {
-        self.sched.steps.push(Step { plan, ops });
+        self.sched.steps.push(Step {
+            plan,
+            ops,
+            rules: Vec::new(),
+        });
+    }
+
+    /// [`Lowering::push`] for a step that lowers `node`, carrying its rules.
+    fn push_node(&mut self, plan: KernelPlan, node: &KNode) {
+        self.sched.steps.push(Step {
+            plan,
+            ops: node.sources.clone(),
+            rules: node.rules.clone(),
+        });
     }
 
     /// The view of a value, materializing folded constants when a non-elementwise op needs them.
@@ -256,13 +271,13 @@ impl Lowering<'_> {
             self.views.insert(o, view.clone());
             outputs.push(view);
         }
-        self.push(
+        self.push_node(
             KernelPlan::Fused(FusedKernel {
                 program,
                 operands,
                 outputs,
             }),
-            node.sources.clone(),
+            node,
         );
         Ok(())
     }
@@ -286,6 +301,7 @@ impl Lowering<'_> {
                 let label = node.sources.join("; ");
                 return self.matmul(node, label, Some(program));
             }
+            KernelOp::Flash(spec) => return self.flash(node, spec),
             KernelOp::Ir(op, _) => *op,
         };
         let label = node.sources.join("; ");
@@ -495,6 +511,57 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// A flash attention kernel: operands as views over the score space's batch axes.
+    fn flash(&mut self, node: &KNode, spec: &crate::flash::FlashSpec) -> Result<(), CompileError> {
+        let space = &spec.score.domain;
+        let nb = space.len() - 2;
+        let batch = space[..nb].to_vec();
+        let (sq, sk) = (space[nb], space[nb + 1]);
+        let mut views = Vec::new();
+        for &v in &node.inputs {
+            views.push(self.view(v)?);
+        }
+        // a [batch'.., rows, cols] operand over the full batch
+        let over_batch = |v: &View| {
+            let mut shape = batch.clone();
+            shape.extend_from_slice(&v.shape[v.rank() - 2..]);
+            v.broadcast_to(&shape)
+        };
+        let (d, dv) = (
+            views[0].shape[views[0].rank() - 1],
+            views[2].shape[views[2].rank() - 1],
+        );
+        let fixed = spec.fixed_inputs();
+        let backward = fixed == 6;
+        let score_extras = views[fixed..fixed + spec.score_extras()].to_vec();
+        let dscore_extras = views[fixed + spec.score_extras()..].to_vec();
+        let mut outputs = Vec::new();
+        for &o in &node.outputs {
+            let view = self.temp(o);
+            self.views.insert(o, view.clone());
+            outputs.push(view);
+        }
+        let plan = crate::kernel::Flash {
+            spec: spec.clone(),
+            batch: batch.clone(),
+            sq,
+            sk,
+            d,
+            dv,
+            q: over_batch(&views[0]),
+            k: over_batch(&views[1]),
+            v: over_batch(&views[2]),
+            d_o: backward.then(|| over_batch(&views[3])),
+            lse: backward.then(|| over_batch(&views[4])),
+            delta: backward.then(|| over_batch(&views[5])),
+            score_extras,
+            dscore_extras,
+            outputs,
+        };
+        self.push_node(KernelPlan::Flash(Box::new(plan)), node);
+        Ok(())
+    }
+
     fn matmul(
         &mut self,
         node: &KNode,
@@ -555,7 +622,11 @@ impl Lowering<'_> {
             b: bv,
             out: out_view,
         };
-        self.push(KernelPlan::Matmul(plan), vec![label]);
+        let step = KNode {
+            sources: vec![label],
+            ..node.clone()
+        };
+        self.push_node(KernelPlan::Matmul(plan), &step);
         self.views.insert(out, dst);
         Ok(())
     }

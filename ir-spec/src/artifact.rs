@@ -44,6 +44,9 @@ pub struct Artifact {
     /// Copies done after the last dispatch of a run (`assign` statements).
     pub assigns: Vec<AssignCopy>,
     pub memory: MemoryReport,
+    /// What the e-graph optimizer did (absent when it did not run).
+    #[serde(default)]
+    pub optimizer: Option<OptimizerSummary>,
     /// Initial values of params and states (referenced by [`TensorSlot::init`]).
     #[serde(skip)]
     pub blob: Vec<u8>,
@@ -124,6 +127,9 @@ pub struct Kernel {
     /// Every loop's trip count is bounded by param-block values, so the runtime may turn off
     /// wgpu's loop bounding for this shader.
     pub loops_bounded: bool,
+    /// The rewrite rules that built this kernel (empty for a kernel of one source op).
+    #[serde(default)]
+    pub rules: Vec<String>,
     /// Words (u32) of the param block the shader declares; every dispatch of the kernel ships
     /// exactly this many.
     pub param_words: u32,
@@ -192,6 +198,40 @@ pub struct AssignCopy {
     pub target_arena: u32,
     pub target_offset: u64,
     pub bytes: u64,
+}
+
+/// A training or inference step before and after optimization.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct StepSummary {
+    pub dispatches: u64,
+    /// Bytes the kernels read and write, estimated from their operands and results.
+    pub bytes_moved: u64,
+    /// The optimizer's cost model's estimate of the step's time, in microseconds.
+    pub estimated_us: f64,
+}
+
+/// One rule set's saturation run.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RuleSetSummary {
+    pub name: String,
+    pub iterations: u64,
+    /// Why saturation stopped (`saturated`, or the limit it reached).
+    pub stop: String,
+    pub e_nodes: u64,
+    pub e_classes: u64,
+    pub ms: f64,
+    /// `(rule, times applied)`.
+    pub applied: Vec<(String, u64)>,
+}
+
+/// What the e-graph optimizer did.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct OptimizerSummary {
+    pub before: StepSummary,
+    pub after: StepSummary,
+    pub rule_sets: Vec<RuleSetSummary>,
+    /// Time of the whole pass.
+    pub ms: f64,
 }
 
 /// What the memory planner did.
@@ -444,6 +484,7 @@ mod tests {
             }],
             assigns: vec![],
             memory: MemoryReport::default(),
+            optimizer: None,
             blob: vec![7; 16],
         }
     }

@@ -225,6 +225,7 @@ mod tests {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            rules: Vec::new(),
             param_words: 0,
         }
     }
@@ -264,6 +265,7 @@ mod tests {
             ],
             assigns: vec![],
             memory: MemoryReport::default(),
+            optimizer: None,
             blob: vec![],
         }
     }

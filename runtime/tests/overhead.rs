@@ -60,6 +60,7 @@ fn chain(d: u32) -> Artifact {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            rules: Vec::new(),
             param_words: 4,
         }],
         dispatches: (0..d)
@@ -78,6 +79,7 @@ fn chain(d: u32) -> Artifact {
         ],
         assigns: vec![],
         memory: MemoryReport::default(),
+        optimizer: None,
         blob: vec![],
     }
 }

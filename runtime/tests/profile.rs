@@ -42,6 +42,7 @@ fn kernel(name: &str, pattern: &str, wgsl: String) -> Kernel {
         workgroup_size: [64, 1, 1],
         arena_bindings: 1,
         loops_bounded: false,
+        rules: Vec::new(),
         param_words: 4,
     }
 }
@@ -91,6 +92,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
         ],
         assigns: vec![],
         memory: MemoryReport::default(),
+        optimizer: None,
         blob: vec![],
     }
 }

@@ -55,6 +55,7 @@ fn kernel(name: &str, wgsl: String, arena_bindings: u32, loops_bounded: bool) ->
         workgroup_size: [64, 1, 1],
         arena_bindings,
         loops_bounded,
+        rules: Vec::new(),
         param_words: 0,
     }
 }
@@ -119,6 +120,7 @@ fn artifact(arena_bytes: &[u64]) -> Artifact {
         tensors: vec![],
         assigns: vec![],
         memory: MemoryReport::default(),
+        optimizer: None,
         blob: vec![],
     }
 }

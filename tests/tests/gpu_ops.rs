@@ -461,3 +461,43 @@ fn every_matmul_tile() {
         sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
     }
 }
+
+/// Every staging layout (a and b each plain or a transposed view, so `k` is the unit stride or
+/// not and the staged slabs are padded or not), odd extents (1, 17, 129, 33), batch
+/// broadcasting of either operand and a fused epilogue, under every block shape.
+#[test]
+fn matmul_layouts_and_odd_sizes() {
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    let src = "graph t {
+  input a: f32[3, 17, 129]
+  input at: f32[129, 17]
+  input b: f32[129, 33]
+  input bt: f32[3, 33, 129]
+  input bias: f32[33]
+  input r: f32[1, 129]
+  y1 = matmul(a, b)
+  y2 = matmul(transpose(at, dim0=0, dim1=1), transpose(bt, dim0=-2, dim1=-1))
+  y3 = add(mul(matmul(a, transpose(bt, dim0=-2, dim1=-1)), 0.5), bias)
+  y4 = matmul(r, b)
+  y5 = matmul(transpose(at, dim0=0, dim1=1), b)
+  output y1, y2, y3, y4, y5
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    for tile in [None, Some(LARGE), Some(WIDE), Some(MEDIUM), Some(SMALL)] {
+        let options = sinter_compiler::Options {
+            matmul_tile: tile,
+            ..Default::default()
+        };
+        let compiled = sinter_compiler::compile(&graph, &options).expect("compiles");
+        assert!(
+            compiled
+                .artifact
+                .kernels
+                .iter()
+                .any(|k| k.wgsl.contains("epilogue(")),
+            "y3's scale and bias should be a matmul epilogue"
+        );
+        sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+    }
+}

@@ -256,6 +256,26 @@ const NOT_SIZES: &[(&str, &str, &str)] = &[
         "vec4 quads per block row",
     ),
     ("compiler/src/codegen/matmul.rs", "r / 4", "vec4 quad index"),
+    (
+        "compiler/src/codegen/matmul.rs",
+        "sa / 4, sb / 4",
+        "vec4 quads per padded row of workgroup memory",
+    ),
+    (
+        "compiler/src/codegen/matmul.rs",
+        "/ 4 / h",
+        "vec4 quads per micro-tile",
+    ),
+    (
+        "compiler/src/codegen/flash.rs",
+        "ai * 4 + qi",
+        "index into a 4x4 register tile",
+    ),
+    (
+        "compiler/src/codegen/flash.rs",
+        "4 * nv",
+        "four rows per thread, each of `nv` value columns",
+    ),
     ("compiler/src/codegen/matmul.rs", "r % 4", "vec4 lane index"),
     (
         "compiler/src/codegen/matmul.rs",
@@ -296,6 +316,11 @@ const NOT_SIZES: &[(&str, &str, &str)] = &[
         "compiler/src/optimize/mod.rs",
         "4 * graph_nodes",
         "an e-graph node limit",
+    ),
+    (
+        "tools/src/gpt.rs",
+        "4 * d",
+        "a GPT block's MLP is four times as wide as the model",
     ),
     (
         "tools/src/bin/bench/scaling.rs",

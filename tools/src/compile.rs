@@ -30,6 +30,10 @@ pub struct Args {
     /// Skip the e-graph optimizer: every primitive becomes its own kernel.
     #[arg(long)]
     no_opt: bool,
+    /// Write the kernel graph before and after optimization as Graphviz files
+    /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
+    #[arg(long, value_name = "DIR")]
+    dot: Option<PathBuf>,
 }
 
 fn pass_names() -> PossibleValuesParser {
@@ -50,6 +54,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         max_binding_size: args.max_binding_size,
         dump_after,
         optimize: !args.no_opt,
+        dot: args.dot.is_some(),
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);
@@ -67,6 +72,16 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let compiled = compiled?;
     for warning in &compiled.warnings {
         crate::console::eprintln(&format!("warning: {warning}"));
+    }
+    if let Some(dir) = &args.dot {
+        std::fs::create_dir_all(dir).map_err(|source| CliError::WriteFile {
+            path: dir.clone(),
+            source,
+        })?;
+        for (name, text) in &compiled.dot {
+            let path = dir.join(format!("{name}.dot"));
+            std::fs::write(&path, text).map_err(|source| CliError::WriteFile { path, source })?;
+        }
     }
     let artifact = compiled.artifact;
     std::fs::write(&args.output, artifact.to_bytes()).map_err(|source| CliError::WriteFile {

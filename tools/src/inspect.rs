@@ -119,6 +119,7 @@ fn kernel_json(artifact: &Artifact, index: usize, with_wgsl: bool) -> Value {
         "workgroup_size": k.workgroup_size,
         "arena_bindings": k.arena_bindings,
         "loops_bounded": k.loops_bounded,
+        "rules": k.rules,
     });
     if with_wgsl {
         value["wgsl"] = json!(k.wgsl);
@@ -159,6 +160,7 @@ fn artifact_json(artifact: &Artifact) -> Value {
         "tensors": tensors,
         "assigns": artifact.assigns,
         "requirements": artifact.requirements,
+        "optimizer": artifact.optimizer,
     })
 }
 
@@ -227,6 +229,58 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
         .collect();
     s.push_str(&table(&[("limit", Left), ("at least", Right)], &rows));
 
+    match &artifact.optimizer {
+        Some(o) => {
+            let _ = writeln!(s, "\noptimizer: {:.1} ms", o.ms);
+            let rows: Vec<Vec<String>> = [("before", &o.before), ("after", &o.after)]
+                .iter()
+                .map(|(when, st)| {
+                    vec![
+                        when.to_string(),
+                        st.dispatches.to_string(),
+                        units::bytes(st.bytes_moved),
+                        format!("{:.1} us", st.estimated_us),
+                    ]
+                })
+                .collect();
+            s.push_str(&table(
+                &[
+                    ("", Left),
+                    ("dispatches", Right),
+                    ("bytes moved", Right),
+                    ("estimated time", Right),
+                ],
+                &rows,
+            ));
+            for set in &o.rule_sets {
+                let applied: Vec<String> = set
+                    .applied
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(r, n)| format!("{r} x{n}"))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {}: {} iterations, {}, {} e-nodes, {} e-classes, {:.1} ms; {}",
+                    set.name,
+                    set.iterations,
+                    set.stop,
+                    set.e_nodes,
+                    set.e_classes,
+                    set.ms,
+                    if applied.is_empty() {
+                        "no rule applied".to_string()
+                    } else {
+                        applied.join(", ")
+                    }
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(s, "\noptimizer: not run (--no-opt)");
+        }
+    }
+
     let _ = writeln!(s, "\nkernels: {}", artifact.kernels.len());
     let rows: Vec<Vec<String>> = artifact
         .kernels
@@ -238,6 +292,7 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
                 k.name.clone(),
                 k.pattern.clone(),
                 dispatch_count(artifact, i).to_string(),
+                k.rules.join(", "),
                 k.ops.join("; "),
             ]
         })
@@ -248,6 +303,7 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
             ("name", Left),
             ("pattern", Left),
             ("dispatches", Right),
+            ("rules", Left),
             ("source ops", Left),
         ],
         &rows,

@@ -693,3 +693,60 @@ fn bad_inputs_fail_with_clear_messages() {
         "a failed compile must not leave an artifact"
     );
 }
+
+#[test]
+fn compile_writes_dot_and_inspect_reports_the_optimizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let sir = format!("{}/../ir-spec/examples/mlp.sir", env!("CARGO_MANIFEST_DIR"));
+    let sart = dir.path().join("mlp.sart");
+    let dots = dir.path().join("dot");
+    let s = |v: &str| v.to_string();
+    let compiled = sinter(&[
+        s("compile"),
+        sir.clone(),
+        s("-o"),
+        sart.display().to_string(),
+        s("--dot"),
+        dots.display().to_string(),
+    ]);
+    assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+    for name in ["before", "after"] {
+        let text = std::fs::read_to_string(dots.join(format!("{name}.dot"))).unwrap();
+        assert!(text.starts_with("digraph \"mlp\""), "{text}");
+    }
+    let json = sinter(&[s("inspect"), sart.display().to_string(), s("--json")]);
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let o = &v["optimizer"];
+    assert!(
+        o["before"]["dispatches"].as_u64().unwrap() > o["after"]["dispatches"].as_u64().unwrap(),
+        "{o}"
+    );
+    assert!(o["rule_sets"].as_array().unwrap().len() >= 2, "{o}");
+    let kernels = v["kernels"].as_array().unwrap();
+    assert!(
+        kernels.iter().any(|k| k["pattern"] == "matmul_epilogue"
+            && k["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "fuse-matmul-epilogue")),
+        "{kernels:?}"
+    );
+    let listing = sinter(&[s("inspect"), sart.display().to_string()]);
+    assert!(listing.stdout.contains("optimizer:"), "{}", listing.stdout);
+    let plain = sinter(&[
+        s("compile"),
+        sir,
+        s("-o"),
+        sart.display().to_string(),
+        s("--no-opt"),
+    ]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    let listing = sinter(&[s("inspect"), sart.display().to_string()]);
+    assert!(
+        listing.stdout.contains("optimizer: not run"),
+        "{}",
+        listing.stdout
+    );
+}

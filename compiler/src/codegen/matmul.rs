@@ -90,7 +90,7 @@ impl Tile {
             && (bm / tm) * (bn / tn) == WORKGROUP
             && (bm * bk) % WORKGROUP == 0
             && (bk * bn) % WORKGROUP == 0
-            && (bm * bk + bk * bn) * WORD_BYTES as u32 <= 16384;
+            && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= 16384;
         if fits {
             Ok(t)
         } else {
@@ -100,6 +100,12 @@ impl Tile {
         }
     }
 }
+
+/// Words of padding after each `k` row of a staged slab whose operand has `k` as its unit
+/// stride (at most; scalar tiles pad one word, quad tiles one quad). Staging then writes
+/// consecutive threads' `k` to rows `BM + PAD` words apart, spreading them over the 32 banks
+/// instead of all landing in one (an 8-way conflict for `BK = 8` without it).
+const PAD: u32 = 4;
 
 /// Picks the largest block shape that still gives the GPU enough blocks to fill it. Measured on
 /// the H200 (square sizes, TFLOP/s): 512 → MEDIUM 5.8 (LARGE 2.7); 1024 → WIDE 16.8 (LARGE
@@ -168,8 +174,15 @@ pub fn emit(
     writeln!(s, "const TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;").unwrap();
     let word = if quads { "vec4<f32>" } else { "f32" };
     let per = if quads { 4 } else { 1 };
-    writeln!(s, "var<workgroup> As: array<{word}, {}>;", bm * bk / per).unwrap();
-    writeln!(s, "var<workgroup> Bs: array<{word}, {}>;", bk * bn / per).unwrap();
+    // Row strides of the staged slabs: padded where staging walks `k` across threads (see PAD).
+    let pad = if quads { PAD } else { 1 };
+    let a_walks_k = k.a.strides[rb + 1] == 1;
+    let b_walks_k = k.b.strides[rb + 1] != 1;
+    let sa = bm + if a_walks_k { pad } else { 0 };
+    let sb = bn + if b_walks_k { pad } else { 0 };
+    writeln!(s, "const SA: u32 = {sa}u;\nconst SB: u32 = {sb}u;").unwrap();
+    writeln!(s, "var<workgroup> As: array<{word}, {}>;", sa * bk / per).unwrap();
+    writeln!(s, "var<workgroup> Bs: array<{word}, {}>;", bk * sb / per).unwrap();
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(s, "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{").unwrap();
     let (m, n, kk) = (e.param(k.m), e.param(k.n), e.param(k.k));
@@ -210,15 +223,15 @@ pub fn emit(
         "    var pa: array<f32, {ea}>;\n    var pb: array<f32, {eb}>;"
     )
     .unwrap();
-    let a_split = if k.a.strides[rb + 1] == 1 {
+    let a_split = if a_walks_k {
         ("kk = i % BK", "mm = i / BK")
     } else {
         ("mm = i % BM", "kk = i / BM")
     };
-    let b_split = if k.b.strides[rb + 1] == 1 {
-        ("nn = i % BN", "kk = i / BN")
-    } else {
+    let b_split = if b_walks_k {
         ("kk = i % BK", "nn = i / BK")
+    } else {
+        ("nn = i % BN", "kk = i / BN")
     };
     // `for (var e = 0u; e < n; ...)`, or `n` blocks each binding `e`, when unrolled.
     let open = |s: &mut String, indent: &str, n: u32, e: u32| {
@@ -265,11 +278,11 @@ pub fn emit(
     };
     let (put_a, put_b) = if quads {
         (
-            "As[(kk * BM + mm) / 4u][mm % 4u]",
-            "Bs[(kk * BN + nn) / 4u][nn % 4u]",
+            "As[(kk * SA + mm) / 4u][mm % 4u]",
+            "Bs[(kk * SB + nn) / 4u][nn % 4u]",
         )
     } else {
-        ("As[kk * BM + mm]", "Bs[kk * BN + nn]")
+        ("As[kk * SA + mm]", "Bs[kk * SB + nn]")
     };
     let store = |s: &mut String, indent: &str| {
         for copy in 0..copies(ea) {
@@ -303,7 +316,7 @@ pub fn emit(
     load(&mut s, "            ", "(t + 1u) * BK");
     writeln!(s, "        }}").unwrap();
     if quads {
-        quad_product(&mut s, t, unrolled);
+        quad_product(&mut s, t, unrolled, sa, sb);
     } else {
         scalar_product(&mut s, t, unrolled);
     }
@@ -325,7 +338,7 @@ pub fn emit(
         scalar_write(&mut s, &arena_o, &value);
     }
     writeln!(s, "}}").unwrap();
-    let shared = (bm * bk + bk * bn) * WORD_BYTES as u32;
+    let shared = (sa * bk + bk * sb) * WORD_BYTES as u32;
     Ok((s, [gx as u32, gy as u32, batch.max(1) as u32], shared))
 }
 
@@ -337,8 +350,8 @@ fn scalar_product(s: &mut String, t: Tile, unrolled: bool) {
             "        for (var kk = 0u; kk < BK; kk = kk + 1u) {
             var ra: array<f32, TM>;
             var rb: array<f32, TN>;
-            for (var i = 0u; i < TM; i = i + 1u) { ra[i] = As[kk * BM + ty + i * (BM / TM)]; }
-            for (var j = 0u; j < TN; j = j + 1u) { rb[j] = Bs[kk * BN + tx + j * (BN / TN)]; }
+            for (var i = 0u; i < TM; i = i + 1u) { ra[i] = As[kk * SA + ty + i * (BM / TM)]; }
+            for (var j = 0u; j < TN; j = j + 1u) { rb[j] = Bs[kk * SB + tx + j * (BN / TN)]; }
             for (var i = 0u; i < TM; i = i + 1u) {
                 for (var j = 0u; j < TN; j = j + 1u) {
                     acc[i * TN + j] = fma(ra[i], rb[j], acc[i * TN + j]);
@@ -354,14 +367,14 @@ fn scalar_product(s: &mut String, t: Tile, unrolled: bool) {
         for i in 0..t.tm {
             writeln!(
                 s,
-                "            let ra{i} = As[{kk}u * BM + ty + {i}u * (BM / TM)];"
+                "            let ra{i} = As[{kk}u * SA + ty + {i}u * (BM / TM)];"
             )
             .unwrap();
         }
         for j in 0..t.tn {
             writeln!(
                 s,
-                "            let rb{j} = Bs[{kk}u * BN + tx + {j}u * (BN / TN)];"
+                "            let rb{j} = Bs[{kk}u * SB + tx + {j}u * (BN / TN)];"
             )
             .unwrap();
         }
@@ -398,9 +411,10 @@ fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
 
 /// One step's products for quad micro-tiles: thread `(tx, ty)` owns output rows
 /// `q * BM / HM + ty * 4 + i` and columns `q * BN / HN + tx * 4 + j`.
-fn quad_product(s: &mut String, t: Tile, unrolled: bool) {
+fn quad_product(s: &mut String, t: Tile, unrolled: bool, sa: u32, sb: u32) {
     let (hm, hn) = (t.tm / 4, t.tn / 4);
-    let (qa, qb) = (t.bm / 4, t.bn / 4);
+    // row strides of the staged slabs, in quads (padded where staging walks k across threads)
+    let (qa, qb) = (sa / 4, sb / 4);
     for kk in 0..if unrolled { t.bk } else { 1 } {
         if unrolled {
             writeln!(s, "        {{ let kk = {kk}u;").unwrap();
@@ -411,7 +425,7 @@ fn quad_product(s: &mut String, t: Tile, unrolled: bool) {
             writeln!(
                 s,
                 "            let a{q} = As[kk * {qa}u + {}u + ty];",
-                q * qa / hm
+                q * t.bm / 4 / hm
             )
             .unwrap();
         }
@@ -419,7 +433,7 @@ fn quad_product(s: &mut String, t: Tile, unrolled: bool) {
             writeln!(
                 s,
                 "            let b{q} = Bs[kk * {qb}u + {}u + tx];",
-                q * qb / hn
+                q * t.bn / 4 / hn
             )
             .unwrap();
         }

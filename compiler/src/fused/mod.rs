@@ -19,7 +19,7 @@
 //! `Reduced(j)` only for `j < k`; an output indexed by the domain alone has a value that does
 //! not vary over the reduce axes. [`Program::check`] verifies all three.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 pub mod eval;
 
@@ -706,8 +706,8 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
         Merge {
             out,
             kids,
-            memo: HashMap::new(),
-            operand_memo: HashMap::new(),
+            memo: HashMap::default(),
+            operand_memo: HashMap::default(),
         }
     }
 

@@ -20,7 +20,7 @@
 //! improve, within a time budget. Each pass is linear in the e-graph in practice, so extraction
 //! scales with the model.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
 
 use egg::Id;
@@ -192,10 +192,10 @@ pub fn extract(
                 .collect()
         })
         .unwrap_or_default();
-    let mut own: HashMap<(Id, usize), f64> = HashMap::new();
+    let mut own: HashMap<(Id, usize), f64> = HashMap::default();
     // (preferred-by-previous, fusion size, -cost) of the chosen node; larger is better
-    let mut best: HashMap<Id, (f64, usize)> = HashMap::new();
-    let mut rank: HashMap<Id, (bool, usize, f64)> = HashMap::new();
+    let mut best: HashMap<Id, (f64, usize)> = HashMap::default();
+    let mut rank: HashMap<Id, (bool, usize, f64)> = HashMap::default();
     for &c in &classes {
         let lc = lvl(c);
         let prev = previous.get(&c);
@@ -218,8 +218,8 @@ pub fn extract(
             }
         }
     }
-    let mut chosen: HashMap<Id, usize> = HashMap::new();
-    let mut refs: HashMap<Id, usize> = HashMap::new();
+    let mut chosen: HashMap<Id, usize> = HashMap::default();
+    let mut refs: HashMap<Id, usize> = HashMap::default();
     let root = g.find(root);
     add_closure(g, &best, &mut chosen, &mut refs, root);
     *refs.entry(root).or_default() += 1;
@@ -305,7 +305,7 @@ fn swap_delta(
     let cost = |c: Id, i: usize| own.get(&(c, i)).copied().unwrap_or(0.0);
     let mut delta = cost(c, to) - cost(c, from);
     // reference changes, without touching the real counts
-    let mut diff: HashMap<Id, i64> = HashMap::new();
+    let mut diff: HashMap<Id, i64> = HashMap::default();
     for &k in &g[c].nodes[from].kids {
         *diff.entry(g.find(k)).or_default() -= 1;
     }
@@ -314,7 +314,7 @@ fn swap_delta(
     }
     // classes newly needed: their best closure not already chosen; what that closure reads of
     // the chosen classes counts as references
-    let mut added: HashSet<Id> = HashSet::new();
+    let mut added: HashSet<Id> = HashSet::default();
     let mut stack: Vec<Id> = diff
         .iter()
         .filter(|(k, d)| **d > 0 && !chosen.contains_key(k))
@@ -338,7 +338,7 @@ fn swap_delta(
         }
     }
     // classes no longer read: freed with what only they read
-    let mut count: HashMap<Id, i64> = HashMap::new();
+    let mut count: HashMap<Id, i64> = HashMap::default();
     let mut stack: Vec<Id> = Vec::new();
     for (&k, &d) in &diff {
         if d < 0 && chosen.contains_key(&k) {
@@ -349,7 +349,7 @@ fn swap_delta(
             }
         }
     }
-    let mut freed: HashSet<Id> = HashSet::new();
+    let mut freed: HashSet<Id> = HashSet::default();
     while let Some(k) = stack.pop() {
         if !freed.insert(k) || k == c {
             continue;

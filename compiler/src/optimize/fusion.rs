@@ -10,7 +10,7 @@
 //! with the *largest* kernel of a producer's class, so each class gains at most one kernel per
 //! operand and iteration, and depth doubles per iteration: saturation stays linear in the graph.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex};
 
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
@@ -236,10 +236,16 @@ impl State {
             })
             .collect();
         State {
-            tried: Mutex::new(HashSet::new()),
+            tried: Mutex::new(HashSet::default()),
             absorbed: Mutex::new(absorbed),
             barrier,
         }
+    }
+
+    /// Whether class `c` gets new kernels in this round: every class in the first, the stored
+    /// classes (the barrier) in a round with a barrier.
+    fn targets(&self, g: &Graph, c: Id) -> bool {
+        self.barrier.is_empty() || self.barrier.contains(&g.find(c))
     }
 
     /// The classes a kernel node computes inside itself.
@@ -275,27 +281,56 @@ impl State {
     }
 }
 
+/// The size of `node` as a fusible node (its instruction count), without building its
+/// program; `None` when it is not fusible in that role (see [`program_of`]).
+fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
+    match &node.head {
+        Head::Kernel(p) => Some(p.insts.len()),
+        Head::Op(op, _) => {
+            let op = *op;
+            let as_consumer = Scalar::of(op).is_some()
+                || matches!(op, Op::Cast | Op::Sum | Op::Max | Op::Min | Op::Argmax);
+            let as_producer = matches!(
+                op,
+                Op::Constant
+                    | Op::Iota
+                    | Op::Permute
+                    | Op::Transpose
+                    | Op::Unsqueeze
+                    | Op::Squeeze
+                    | Op::BroadcastTo
+                    | Op::Reshape
+            );
+            (as_consumer || (!consumer && as_producer)).then_some(1 + node.kids.len())
+        }
+        Head::Leaf(_) | Head::MatmulEpilogue(_) | Head::Root => None,
+    }
+}
+
+/// The largest fusible node of class `c` (see [`largest_node`]) with its program.
+pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode, Bound<Id>)> {
+    let node = largest_node(g, c, consumer, state)?;
+    let b = program_of(g, &node, consumer)?;
+    Some((node, b))
+}
+
 /// The largest fusible node of class `c` (most classes computed inside, then most
 /// instructions) that does not compute a barrier class inside itself.
-pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode, Bound<Id>)> {
-    let mut best: Option<((usize, usize), ENode, Bound<Id>)> = None;
-    for node in &g[c].nodes {
-        if consumer && !matches!(node.head, Head::Kernel(_) | Head::Op(..)) {
-            continue;
-        }
-        if state.crosses_barrier(g, node) {
-            continue;
-        }
-        let Some(b) = program_of(g, node, consumer) else {
+fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<ENode> {
+    let mut best: Option<((usize, usize), &ENode)> = None;
+    for n in &g[c].nodes {
+        let Some(size) = fusible_size(n, consumer) else {
             continue;
         };
-        let inside = state.inside(g, node).map_or(0, |v| v.len());
-        let size = (inside, b.program.insts.len());
-        if best.as_ref().is_none_or(|(s, _, _)| size > *s) {
-            best = Some((size, node.clone(), b));
+        if state.crosses_barrier(g, n) {
+            continue;
+        }
+        let key = (state.inside(g, n).map_or(0, |v| v.len()), size);
+        if best.is_none_or(|(b, _)| key > b) {
+            best = Some((key, n));
         }
     }
-    best.map(|(_, n, b)| (n, b))
+    best.map(|(_, n)| n.clone())
 }
 
 /// `consumer(.., producer(xs), ..) = fused(.., xs, ..)`: the consumer's largest kernel with
@@ -317,7 +352,10 @@ impl Searcher<ENode, super::analysis::Types> for Fuse {
         limit: usize,
     ) -> Option<SearchMatches<'_, ENode>> {
         let state = &self.state;
-        let (node, _) = largest(g, eclass, true, state)?;
+        if !state.targets(g, eclass) {
+            return None;
+        }
+        let node = largest_node(g, eclass, true, state)?;
         let mut substs = Vec::new();
         let tried = state.tried.lock().expect("not poisoned");
         for (i, &kid) in node.kids.iter().enumerate() {
@@ -325,7 +363,7 @@ impl Searcher<ENode, super::analysis::Types> for Fuse {
             if kid == g.find(eclass) || substs.len() >= limit || state.barrier.contains(&kid) {
                 continue;
             }
-            let Some((producer, _)) = largest(g, kid, false, state) else {
+            let Some(producer) = largest_node(g, kid, false, state) else {
                 continue;
             };
             if tried.contains(&(node.clone(), i, producer)) {
@@ -455,16 +493,16 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
         eclass: Id,
         limit: usize,
     ) -> Option<SearchMatches<'_, ENode>> {
-        let (node, consumer) = largest(g, eclass, true, &self.state)?;
-        if !consumer.program.reduce.is_empty() {
+        if !self.state.targets(g, eclass) {
             return None;
         }
+        let node = largest_node(g, eclass, true, &self.state)?;
         let mut substs = Vec::new();
         for (i, &kid) in node.kids.iter().enumerate() {
             if substs.len() >= limit {
                 break;
             }
-            if product_of(g, kid).is_some() && identity_access(&consumer.program, i) {
+            if reads_whole(g, &node, i) && product_of(g, kid).is_some() {
                 let mut s = Subst::with_capacity(1);
                 s.insert(operand_var(), Id::from(i));
                 substs.push(s);
@@ -479,6 +517,18 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
 
     fn vars(&self) -> Vec<Var> {
         vec![operand_var()]
+    }
+}
+
+/// Whether `node` (an elementwise consumer, not a reduction) reads operand `i` element for
+/// element: its program's access of that operand is the identity.
+fn reads_whole(g: &Graph, node: &ENode, i: usize) -> bool {
+    match &node.head {
+        Head::Kernel(p) => p.reduce.is_empty() && identity_access(p, i),
+        Head::Op(op, _) if Scalar::of(*op).is_some() || *op == Op::Cast => {
+            g[node.kids[i]].data.ty.shape == super::analysis::node_type(g, node).shape
+        }
+        _ => false,
     }
 }
 

@@ -21,7 +21,7 @@ pub struct Interned<T>(Arc<(u64, T)>);
 
 impl<T: Hash> Interned<T> {
     pub fn new(value: T) -> Interned<T> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = rustc_hash::FxHasher::default();
         value.hash(&mut h);
         Interned(Arc::new((h.finish(), value)))
     }

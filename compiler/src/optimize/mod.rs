@@ -21,7 +21,9 @@ pub mod fusion;
 pub mod lang;
 pub mod rules;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
 
 use egg::{Id, Rewrite, Runner, StopReason};
@@ -44,7 +46,8 @@ pub struct Limits {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     pub sets: Vec<SetReport>,
-    pub extraction_time: Duration,
+    /// Time of each step of the pass, in order.
+    pub phases: Vec<(&'static str, Duration)>,
     /// Estimated cost (ns) of the graph as given and as extracted.
     pub cost_before: f64,
     pub cost_after: f64,
@@ -88,12 +91,17 @@ impl std::fmt::Display for Report {
         }
         writeln!(
             f,
-            "extraction: {:.1} ms, estimated cost {:.1} us -> {:.1} us; {} sibling kernel(s) merged",
-            self.extraction_time.as_secs_f64() * 1e3,
+            "estimated cost {:.1} us -> {:.1} us; {} sibling kernel(s) merged",
             self.cost_before / 1e3,
             self.cost_after / 1e3,
             self.siblings_merged
         )?;
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(name, t)| format!("{name} {:.1} ms", t.as_secs_f64() * 1e3))
+            .collect();
+        writeln!(f, "time: {}", phases.join(", "))?;
         write!(
             f,
             "optimize: {:.1} ms in all, e-graph of {} e-nodes in {} e-classes",
@@ -123,76 +131,53 @@ pub fn default_limits(graph_nodes: usize) -> (Limits, Limits) {
 /// Optimizes a decomposed graph (see the module docs).
 pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
     let start = Instant::now();
+    let mut report = Report::default();
+    let mut phase = Instant::now();
+    let mut lap = |report: &mut Report, name: &'static str| {
+        report.phases.push((name, phase.elapsed()));
+        phase = Instant::now();
+    };
     let (algebra_limits, fusion_limits) = default_limits(g.nodes.len());
     let mut built = build(g);
-    let mut report = Report::default();
-    let cost_before = {
-        let choice = original_choice(&built);
-        choice
-            .iter()
-            .map(|(_, n)| extract::node_cost(&built.egraph, n))
-            .sum()
-    };
+    report.cost_before = original_choice(&built)
+        .iter()
+        .map(|(_, n)| extract::node_cost(&built.egraph, n))
+        .sum();
+    lap(&mut report, "build");
     let mut rules = rules::algebra();
     rules.extend(rules::layout());
-    let egraph = std::mem::take(&mut built.egraph);
-    let (egraph, set) = run_set("algebra+layout", egraph, &rules, algebra_limits);
-    report.sets.push(set);
     let state = std::sync::Arc::new(fusion::State::default());
-    let (egraph, set) = run_set(
-        "fusion",
-        egraph,
-        &fusion::rules(state.clone()),
-        fusion_limits,
-    );
-    report.sets.push(set);
-    built.egraph = egraph;
-    let t = Instant::now();
+    for (name, set, limits) in [
+        ("algebra+layout", rules, algebra_limits),
+        ("fusion", fusion::rules(state.clone()), fusion_limits),
+    ] {
+        let egraph = std::mem::take(&mut built.egraph);
+        let (egraph, set) = run_set(name, egraph, &set, limits);
+        built.egraph = egraph;
+        report.sets.push(set);
+        lap(&mut report, name);
+    }
     let choice = extract_round(&built, g, None);
-    report.extraction_time += t.elapsed();
+    lap(&mut report, "extraction");
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
     let barrier = stored(&built.egraph, &choice);
     let state = std::sync::Arc::new(state.next_round(&built.egraph, barrier));
     let egraph = std::mem::take(&mut built.egraph);
-    let (egraph, set) = run_set(
-        "fusion up to stored values",
-        egraph,
-        &fusion::rules(state),
-        fusion_limits,
-    );
+    let name = "fusion up to stored values";
+    let (egraph, set) = run_set(name, egraph, &fusion::rules(state), fusion_limits);
     report.sets.push(set);
     built.egraph = egraph;
-    let t = Instant::now();
+    lap(&mut report, name);
     let choice = extract_round(&built, g, Some(&choice.node));
-    report.extraction_time += t.elapsed();
-    report.cost_before = cost_before;
+    lap(&mut report, "extraction");
     report.cost_after = choice.cost;
     report.egraph_nodes = built.egraph.total_number_of_nodes();
     report.egraph_classes = built.egraph.number_of_classes();
-    if std::env::var("SINTER_DEBUG_EGRAPH").is_ok() {
-        for c in built.egraph.classes() {
-            eprintln!("class {} ({}):", c.id, c.data.ty);
-            for n in &c.nodes {
-                let kids: Vec<String> = n
-                    .kids
-                    .iter()
-                    .map(|k| built.egraph.find(*k).to_string())
-                    .collect();
-                let size = match &n.head {
-                    Head::Kernel(p) => p.insts.len(),
-                    _ => 0,
-                };
-                eprintln!(
-                    "   {n} [{}] size {size} cost {:.1}",
-                    kids.join(","),
-                    extract::node_cost(&built.egraph, n)
-                );
-            }
-        }
-    }
     let mut kg = to_kernel_graph(&built, g, &choice);
+    lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
+    lap(&mut report, "sibling merge");
     report.total_time = start.elapsed();
     (kg, report)
 }
@@ -219,6 +204,8 @@ struct Built {
     egraph: analysis::Graph,
     /// The class of every source value.
     class_of: Vec<Id>,
+    /// The source graph's own node of every class it computes (children as added).
+    original: HashMap<Id, ENode>,
     root: Id,
 }
 
@@ -230,16 +217,21 @@ fn build(g: &Graph) -> Built {
         .collect();
     let mut egraph = analysis::Graph::new(Types { leaves });
     let mut class_of = vec![Id::from(0usize); g.values.len()];
+    let mut original = HashMap::default();
     for v in g.value_ids() {
         if g.value(v).is_leaf() {
-            class_of[v.index()] = egraph.add(ENode::new(Head::Leaf(v), Vec::new()));
+            let n = ENode::new(Head::Leaf(v), Vec::new());
+            class_of[v.index()] = egraph.add(n.clone());
+            original.insert(class_of[v.index()], n);
         }
     }
     for node in &g.nodes {
         debug_assert_eq!(node.outputs.len(), 1, "primitives have one result");
         let kids = node.inputs.iter().map(|&i| class_of[i.index()]).collect();
-        let id = egraph.add(ENode::op(node.op, node.attrs.clone(), kids));
+        let n = ENode::op(node.op, node.attrs.clone(), kids);
+        let id = egraph.add(n.clone());
         class_of[node.outputs[0].index()] = id;
+        original.entry(id).or_insert(n);
     }
     let mut roots: Vec<Id> = g.outputs.iter().map(|&v| class_of[v.index()]).collect();
     roots.extend(g.assigns.iter().map(|a| class_of[a.source.index()]));
@@ -248,20 +240,24 @@ fn build(g: &Graph) -> Built {
     Built {
         egraph,
         class_of,
+        original,
         root,
     }
 }
 
-/// The source graph's own nodes, one per class: the cost of not optimizing.
+/// The source graph's own nodes, one per class (children canonical): the graph as given.
 fn original_choice(b: &Built) -> Vec<(Id, ENode)> {
-    let mut seen = HashSet::new();
+    let eg = &b.egraph;
+    let mut seen = HashSet::default();
     let mut out = Vec::new();
-    for &c in &b.class_of {
-        let c = b.egraph.find(c);
-        if seen.insert(c)
-            && let Some(n) = b.egraph[c].nodes.first()
-        {
-            out.push((c, n.clone()));
+    for (&c, n) in &b.original {
+        let c = eg.find(c);
+        if seen.insert(c) {
+            let mut n = n.clone();
+            for k in n.kids.iter_mut() {
+                *k = eg.find(*k);
+            }
+            out.push((c, n));
         }
     }
     out
@@ -289,6 +285,17 @@ fn run_set(
         Some(StopReason::Other(s)) => s.clone(),
         None => "not run".to_string(),
     };
+    if std::env::var_os("SINTER_OPTIMIZE_TRACE").is_some() {
+        for it in &runner.iterations {
+            eprintln!(
+                "{name}: {} nodes, search {:.1} ms, apply {:.1} ms, rebuild {:.1} ms",
+                it.egraph_nodes,
+                it.search_time * 1e3,
+                it.apply_time * 1e3,
+                it.rebuild_time * 1e3
+            );
+        }
+    }
     let mut applied: Vec<(String, usize)> = rules.iter().map(|r| (r.name.to_string(), 0)).collect();
     for it in &runner.iterations {
         for (rule, n) in &it.applied {
@@ -319,7 +326,7 @@ fn run_set(
 fn levels(b: &Built, g: &Graph) -> HashMap<Id, u64> {
     const STRIDE: u64 = 1 << 16;
     let eg = &b.egraph;
-    let mut level: HashMap<Id, u64> = HashMap::new();
+    let mut level: HashMap<Id, u64> = HashMap::default();
     for v in g.value_ids() {
         let c = eg.find(b.class_of[v.index()]);
         let l = (v.index() as u64 + 1) * STRIDE;
@@ -366,7 +373,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
         ..KernelGraph::default()
     };
     // leaves first, in source order, so that the artifact's manifest keeps its order
-    let mut value_of: HashMap<Id, ValueId> = HashMap::new();
+    let mut value_of: HashMap<Id, ValueId> = HashMap::default();
     for v in g.value_ids() {
         let value = g.value(v);
         let def = match &value.def {
@@ -384,7 +391,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
         value_of.entry(eg.find(b.class_of[v.index()])).or_insert(id);
     }
     // a name for each class: the first source value in it
-    let mut name_of: HashMap<Id, &str> = HashMap::new();
+    let mut name_of: HashMap<Id, &str> = HashMap::default();
     for v in g.value_ids() {
         name_of
             .entry(eg.find(b.class_of[v.index()]))
@@ -394,7 +401,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
     // post-order from the root
     let root = eg.find(b.root);
     let mut order = Vec::new();
-    let mut state: HashMap<Id, bool> = HashMap::new(); // false: entered, true: done
+    let mut state: HashMap<Id, bool> = HashMap::default(); // false: entered, true: done
     let mut stack = vec![(root, false)];
     while let Some((c, exit)) = stack.pop() {
         if exit {
@@ -447,6 +454,15 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             ),
             Head::Leaf(_) | Head::Root => unreachable!("leaves and the root are not kernels"),
         };
+        // each inline absorbs one source op; an epilogue starts from the product and one consumer
+        let inlined =
+            |start: usize| format!("fuse-producer x{}", absorbed.len().saturating_sub(start));
+        let mut rules = match &node.head {
+            Head::Kernel(_) => vec![inlined(1)],
+            Head::MatmulEpilogue(_) => vec!["fuse-matmul-epilogue".to_string(), inlined(2)],
+            _ => Vec::new(),
+        };
+        rules.retain(|r| !r.ends_with(" x0"));
         kg.nodes.push(KNode {
             op,
             inputs,
@@ -456,6 +472,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             } else {
                 absorbed
             },
+            rules,
         });
         value_of.insert(c, out);
     }
@@ -517,7 +534,7 @@ impl<'a> SourceOps<'a> {
         };
         let mut out = BTreeSet::new();
         let mut stack = vec![start];
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         while let Some(v) = stack.pop() {
             let class = eg.find(self.b.class_of[v.index()]);
             if !seen.insert(v)
@@ -537,52 +554,84 @@ impl<'a> SourceOps<'a> {
     }
 }
 
+/// How far back (in nodes) a fused kernel looks for a sibling to merge with.
+const SIBLING_WINDOW: usize = 256;
+
 /// Merges independent fused kernels of one iteration space that read a common value (see
-/// [`merge_siblings`]); returns how many merges were made.
+/// [`merge_siblings`]); returns how many merges were made. Each kernel, in order, absorbs an
+/// earlier sibling within [`SIBLING_WINDOW`] nodes whose outputs nothing in between reads, so
+/// the merged kernel can take the later one's place.
 fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
+    let n = kg.nodes.len();
+    let mut alive = vec![true; n];
     let mut merged = 0;
-    loop {
-        let Some((a, b)) = find_siblings(kg) else {
-            return merged;
+    for b in 0..n {
+        let Some(space_b) = space(&kg.nodes[b]) else {
+            continue;
         };
-        merge_pair(kg, a, b);
-        merged += 1;
+        loop {
+            let inputs: HashSet<ValueId> = kg.nodes[b].inputs.iter().copied().collect();
+            let candidate = (b.saturating_sub(SIBLING_WINDOW)..b).rev().find(|&a| {
+                alive[a]
+                    && space(&kg.nodes[a]).as_ref() == Some(&space_b)
+                    && kg.nodes[a].inputs.iter().any(|i| inputs.contains(i))
+                    && !read_before(kg, &alive, a, b)
+                    && merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).is_some()
+            });
+            let Some(a) = candidate else { break };
+            let m = merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).expect("checked");
+            let first = std::mem::replace(
+                &mut kg.nodes[a],
+                KNode {
+                    op: KernelOp::Fused(Box::new(m.program.clone())),
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    sources: Vec::new(),
+                    rules: Vec::new(),
+                },
+            );
+            let second = &mut kg.nodes[b];
+            let mut outputs = first.outputs;
+            outputs.extend(second.outputs.iter().copied());
+            let mut sources = first.sources;
+            sources.extend(second.sources.iter().cloned());
+            let mut rules: Vec<String> = first.rules;
+            for r in second
+                .rules
+                .iter()
+                .chain(std::iter::once(&"merge-siblings".to_string()))
+            {
+                if !rules.contains(r) {
+                    rules.push(r.clone());
+                }
+            }
+            *second = KNode {
+                op: KernelOp::Fused(Box::new(m.program)),
+                inputs: m.operands,
+                outputs,
+                sources,
+                rules,
+            };
+            alive[a] = false;
+            merged += 1;
+        }
     }
+    let nodes = std::mem::take(&mut kg.nodes);
+    kg.nodes = nodes
+        .into_iter()
+        .zip(alive)
+        .filter_map(|(n, keep)| keep.then_some(n))
+        .collect();
+    renumber(kg);
+    merged
 }
 
-/// Two fused nodes `a < b` of one space, sharing an input, with no path from `a` to `b`.
-fn find_siblings(kg: &KernelGraph) -> Option<(usize, usize)> {
-    let space = |n: &KNode| match &n.op {
+/// The iteration space of a fused node.
+fn space(n: &KNode) -> Option<(Vec<usize>, Vec<usize>)> {
+    match &n.op {
         KernelOp::Fused(p) => Some((p.domain.clone(), p.reduce.clone())),
         _ => None,
-    };
-    let mut by_input: HashMap<ValueId, Vec<usize>> = HashMap::new();
-    for (i, n) in kg.nodes.iter().enumerate() {
-        if space(n).is_some() {
-            for &v in &n.inputs {
-                let list = by_input.entry(v).or_default();
-                if list.last() != Some(&i) {
-                    list.push(i);
-                }
-            }
-        }
     }
-    let mut inputs: Vec<&ValueId> = by_input.keys().collect();
-    inputs.sort();
-    for v in inputs {
-        let users = &by_input[v];
-        for (x, &a) in users.iter().enumerate() {
-            for &b in &users[x + 1..] {
-                if space(&kg.nodes[a]) == space(&kg.nodes[b]) && !reaches(kg, a, b) {
-                    let (pa, pb) = (fused(&kg.nodes[a]), fused(&kg.nodes[b]));
-                    if merge_siblings(&pa, &pb).is_some() {
-                        return Some((a, b));
-                    }
-                }
-            }
-        }
-    }
-    None
 }
 
 fn fused(n: &KNode) -> Bound<ValueId> {
@@ -595,54 +644,14 @@ fn fused(n: &KNode) -> Bound<ValueId> {
     }
 }
 
-/// Whether node `b` depends on node `a` (`a < b` in topological order).
-fn reaches(kg: &KernelGraph, a: usize, b: usize) -> bool {
-    let mut reached: HashSet<ValueId> = kg.nodes[a].outputs.iter().copied().collect();
-    for n in &kg.nodes[a + 1..=b] {
-        if n.inputs.iter().any(|i| reached.contains(i)) {
-            reached.extend(n.outputs.iter().copied());
-        }
-    }
-    kg.nodes[b].outputs.iter().any(|o| reached.contains(o))
-}
-
-/// Replaces node `b` by nothing and node `a` by the merge of both, placed where `b` was (after
-/// every input of both, before every consumer of both: nothing between them reads `a`'s
-/// outputs... so `a` moves down to `b`'s place).
-fn merge_pair(kg: &mut KernelGraph, a: usize, b: usize) {
-    let m = merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).expect("checked");
-    let mut outputs = kg.nodes[a].outputs.clone();
-    outputs.extend(kg.nodes[b].outputs.iter().copied());
-    let mut sources = kg.nodes[a].sources.clone();
-    sources.extend(kg.nodes[b].sources.iter().cloned());
-    let node = KNode {
-        op: KernelOp::Fused(Box::new(m.program)),
-        inputs: m.operands,
-        outputs,
-        sources,
-    };
-    // Nodes between a and b that read a's outputs must move after the merged node.
-    let a_outs: HashSet<ValueId> = kg.nodes[a].outputs.iter().copied().collect();
-    let mut before = Vec::new();
-    let mut after = Vec::new();
-    let mut moved: HashSet<ValueId> = a_outs.clone();
-    for n in kg.nodes.drain(a + 1..b) {
-        if n.inputs.iter().any(|i| moved.contains(i)) {
-            moved.extend(n.outputs.iter().copied());
-            after.push(n);
-        } else {
-            before.push(n);
-        }
-    }
-    // now kg.nodes[a] is a, kg.nodes[a + 1] is b
-    kg.nodes.remove(a + 1);
-    kg.nodes.remove(a);
-    let mut tail: Vec<KNode> = kg.nodes.drain(a..).collect();
-    kg.nodes.extend(before);
-    kg.nodes.push(node);
-    kg.nodes.extend(after);
-    kg.nodes.append(&mut tail);
-    renumber(kg);
+/// Whether some live node after `a` and up to `b` reads `a`'s outputs (the merged kernel takes
+/// `b`'s place, so nothing before it may read them).
+fn read_before(kg: &KernelGraph, alive: &[bool], a: usize, b: usize) -> bool {
+    let outputs = &kg.nodes[a].outputs;
+    kg.nodes[a + 1..=b]
+        .iter()
+        .zip(&alive[a + 1..=b])
+        .any(|(n, &live)| live && n.inputs.iter().any(|v| outputs.contains(v)))
 }
 
 /// Recomputes every value's defining node index after nodes moved.
@@ -651,5 +660,88 @@ fn renumber(kg: &mut KernelGraph) {
         for (j, &o) in n.outputs.iter().enumerate() {
             kg.values[o.index()].def = KDef::Node { node: i, index: j };
         }
+    }
+}
+
+/// The e-graph of a graph after some rule sets, for tests: every equivalence it holds can be
+/// turned into a kernel graph and evaluated against the source.
+pub struct Exploration<'g> {
+    built: Built,
+    source: &'g Graph,
+    pub sets: Vec<SetReport>,
+}
+
+/// Runs the algebra and layout rules, and with `fusion` the fusion rules, over `g`.
+pub fn explore(g: &Graph, fusion: bool) -> Exploration<'_> {
+    let (algebra_limits, fusion_limits) = default_limits(g.nodes.len());
+    let mut built = build(g);
+    let mut sets = Vec::new();
+    let mut rules = rules::algebra();
+    rules.extend(rules::layout());
+    let mut plan = vec![("algebra+layout", rules, algebra_limits)];
+    if fusion {
+        let state = std::sync::Arc::new(fusion::State::default());
+        plan.push(("fusion", fusion::rules(state), fusion_limits));
+    }
+    for (name, set, limits) in plan {
+        let egraph = std::mem::take(&mut built.egraph);
+        let (egraph, report) = run_set(name, egraph, &set, limits);
+        built.egraph = egraph;
+        sets.push(report);
+    }
+    Exploration {
+        built,
+        source: g,
+        sets,
+    }
+}
+
+impl Exploration<'_> {
+    /// How often each rule applied, over every set run.
+    pub fn applied(&self, rule: &str) -> usize {
+        self.sets
+            .iter()
+            .flat_map(|s| s.applied.iter())
+            .filter(|(r, _)| r == rule)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// The kernel graph of the source's own nodes (where a rule merged a class with one of its
+    /// operands, that operand), then for each node of each class that is not the source's own,
+    /// the kernel graph that computes that class with that node and every other class as the
+    /// source does (or, for classes the rules made, with some node of theirs); at most `limit`
+    /// of them, with what each is.
+    pub fn variants(&self, limit: usize) -> Vec<(String, KernelGraph)> {
+        let b = &self.built;
+        let eg = &b.egraph;
+        let levels = levels(b, self.source);
+        let original: HashMap<Id, ENode> = original_choice(b).into_iter().collect();
+        let root = eg.find(b.root);
+        // the source's own nodes where they are acyclic, some node elsewhere
+        let default = extract::extract(eg, root, &levels, Some(&original), Duration::ZERO);
+        let mut out = vec![(
+            "the source's nodes".to_string(),
+            to_kernel_graph(b, self.source, &default),
+        )];
+        for class in eg.classes() {
+            for n in &class.nodes {
+                if out.len() >= limit {
+                    return out;
+                }
+                if original.get(&class.id) == Some(n) || matches!(n.head, Head::Root) {
+                    continue;
+                }
+                let mut prev = original.clone();
+                prev.insert(class.id, n.clone());
+                let choice = extract::extract(eg, root, &levels, Some(&prev), Duration::ZERO);
+                if choice.node.get(&class.id) != Some(n) {
+                    continue; // not reachable from the outputs, or not acyclic here
+                }
+                let what = format!("class {} as {n}", class.id);
+                out.push((what, to_kernel_graph(b, self.source, &choice)));
+            }
+        }
+        out
     }
 }

@@ -3,7 +3,9 @@
 //! - `sinter-bench matmul --sizes 1024,2048,4096 [--repeats 20]`: `c = matmul(a, b)` for square
 //!   f32 matrices, compiled through the text parser like any program; per size the median kernel
 //!   time, TFLOP/s, the wall time of a run and the floor (FLOPs over the fp32 peak, bytes over
-//!   the copy bandwidth), every run checked against a CPU reference in f64.
+//!   the copy bandwidth), every run checked against a CPU reference in f64. `--shapes
+//!   [B*]MxKxN[:at][:bt],...` times given shapes instead: `B` batch entries, `:at` / `:bt` make
+//!   that operand a transposed view (stored `[.., K, M]` / `[.., N, K]`), as in a training step.
 //! - `sinter-bench run FILE.sart|FILE.sir [--input NAME=FILE.npy ...] [--repeats 20]`: the
 //!   per-kernel profile table of one graph (kernel, pattern, dispatches, median ms, % of the run),
 //!   to find the hot kernels. Inputs not given are random.
@@ -55,8 +57,46 @@ enum Command {
     Matmul(MatmulArgs),
     /// The per-kernel GPU profile of one graph (.sart, or .sir compiled first).
     Run(RunArgs),
+    /// A GPT-2-style training step (generated): compile time, the first two losses, time per
+    /// step and the kernel profile; writes the program, its initial weights and the batch for
+    /// `bench/gpt_torch.py`.
+    Gpt(GptArgs),
     /// Compile time at N and 4N nodes; fails when a pass scales worse than n log n.
     Scaling(scaling::ScalingArgs),
+}
+
+#[derive(clap::Args)]
+struct GptArgs {
+    #[arg(long, default_value_t = 12)]
+    layers: usize,
+    #[arg(long, default_value_t = 768)]
+    width: usize,
+    #[arg(long, default_value_t = 12)]
+    heads: usize,
+    #[arg(long, default_value_t = 512)]
+    context: usize,
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    #[arg(long, default_value_t = 2048)]
+    vocab: usize,
+    /// Timed training steps (after three untimed ones).
+    #[arg(long, default_value_t = 20)]
+    steps: u32,
+    /// Profiled steps (GPU timestamps around every dispatch).
+    #[arg(long, default_value_t = 3)]
+    profile: u32,
+    /// Compile without the e-graph optimizer.
+    #[arg(long)]
+    no_opt: bool,
+    /// Only generate and compile (no GPU): compile time and kernel counts.
+    #[arg(long)]
+    compile_only: bool,
+    /// Folder for gpt.sir, config.json, init.safetensors, ids.npy and targets.npy.
+    #[arg(long, default_value = "gpt-bench")]
+    out: PathBuf,
+    /// Largest arena binding the compiler may plan, in bytes.
+    #[arg(long)]
+    max_binding: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -64,6 +104,9 @@ struct MatmulArgs {
     /// Matrix sizes n (a, b and c are n x n).
     #[arg(long, value_delimiter = ',', default_value = "1024,2048,4096")]
     sizes: Vec<usize>,
+    /// Shapes `[B*]MxKxN[:at][:bt]` (e.g. `2048x768x2304`, `48*512x64x512:bt`); replaces --sizes.
+    #[arg(long, value_delimiter = ',', value_parser = Shape::parse)]
+    shapes: Vec<Shape>,
     /// Measured runs per size (after one warm-up run).
     #[arg(long, default_value_t = 20)]
     repeats: u32,
@@ -122,6 +165,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Matmul(args) => matmul(args, &out),
         Command::Run(args) => run(args, &out),
+        Command::Gpt(args) => gpt(args, &out),
         Command::Scaling(args) => scaling::scaling(args, &out),
     };
     match result {
@@ -276,6 +320,160 @@ fn seconds(since: Instant) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // matmul
 
+/// One matmul shape to time: `batch` products of `[m, k]` by `[k, n]`, either operand possibly a
+/// transposed view of its storage.
+#[derive(Clone, Debug)]
+struct Shape {
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    at: bool,
+    bt: bool,
+    /// `Some(n)` for a square size from `--sizes` (its JSON `n` stays a number).
+    square: Option<usize>,
+}
+
+impl Shape {
+    fn square(n: usize) -> Shape {
+        Shape {
+            batch: 1,
+            m: n,
+            k: n,
+            n,
+            at: false,
+            bt: false,
+            square: Some(n),
+        }
+    }
+
+    fn parse(text: &str) -> Result<Shape, String> {
+        let mut parts = text.split(':');
+        let dims = parts.next().unwrap_or("");
+        let (batch, dims) = match dims.split_once('*') {
+            Some((b, rest)) => (
+                b.parse::<usize>()
+                    .map_err(|_| format!("bad batch in `{text}`"))?,
+                rest,
+            ),
+            None => (1, dims),
+        };
+        let nums: Vec<usize> = dims
+            .split('x')
+            .map(|d| {
+                d.parse::<usize>()
+                    .map_err(|_| format!("`{d}` in `{text}` is not a number"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [m, k, n] = nums[..] else {
+            return Err(format!("`{text}` needs MxKxN"));
+        };
+        if batch == 0 || m == 0 || k == 0 || n == 0 {
+            return Err(format!("`{text}`: extents must be positive"));
+        }
+        let (mut at, mut bt) = (false, false);
+        for flag in parts {
+            match flag {
+                "at" => at = true,
+                "bt" => bt = true,
+                other => return Err(format!("`{other}` in `{text}`: flags are `at` and `bt`")),
+            }
+        }
+        Ok(Shape {
+            batch,
+            m,
+            k,
+            n,
+            at,
+            bt,
+            square: None,
+        })
+    }
+
+    fn label(&self) -> String {
+        if let Some(n) = self.square {
+            return n.to_string();
+        }
+        let mut l = String::new();
+        if self.batch > 1 {
+            l.push_str(&format!("{}*", self.batch));
+        }
+        l.push_str(&format!("{}x{}x{}", self.m, self.k, self.n));
+        if self.at {
+            l.push_str(":at");
+        }
+        if self.bt {
+            l.push_str(":bt");
+        }
+        l
+    }
+
+    /// The program: stored operands, transposed into `[.., m, k]` and `[.., k, n]` views.
+    fn program(&self) -> String {
+        let lead = if self.batch > 1 {
+            format!("{}, ", self.batch)
+        } else {
+            String::new()
+        };
+        let (a_dims, b_dims) = (
+            if self.at {
+                [self.k, self.m]
+            } else {
+                [self.m, self.k]
+            },
+            if self.bt {
+                [self.n, self.k]
+            } else {
+                [self.k, self.n]
+            },
+        );
+        let view = |name: &str, t: bool| {
+            if t {
+                format!("transpose({name}, dim0=-2, dim1=-1)")
+            } else {
+                name.to_string()
+            }
+        };
+        format!(
+            "graph matmul {{\n  input a: f32[{lead}{}, {}]\n  input b: f32[{lead}{}, {}]\n  \
+             c = matmul({}, {})\n  output c\n}}\n",
+            a_dims[0],
+            a_dims[1],
+            b_dims[0],
+            b_dims[1],
+            view("a", self.at),
+            view("b", self.bt)
+        )
+    }
+
+    /// a[batch][i][kk] of the logical operand, from the stored data.
+    fn a_at(&self, a: &[f32], bi: usize, i: usize, kk: usize) -> f64 {
+        let base = bi * self.m * self.k;
+        f64::from(if self.at {
+            a[base + kk * self.m + i]
+        } else {
+            a[base + i * self.k + kk]
+        })
+    }
+
+    fn b_at(&self, b: &[f32], bi: usize, kk: usize, j: usize) -> f64 {
+        let base = bi * self.k * self.n;
+        f64::from(if self.bt {
+            b[base + j * self.k + kk]
+        } else {
+            b[base + kk * self.n + j]
+        })
+    }
+
+    fn flops(&self) -> f64 {
+        2.0 * (self.batch * self.m * self.k * self.n) as f64
+    }
+
+    fn bytes(&self) -> f64 {
+        4.0 * (self.batch * (self.m * self.k + self.k * self.n + self.m * self.n)) as f64
+    }
+}
+
 /// Output elements checked against a reference computed in f64.
 struct Reference {
     /// (row-major index into c, exact value).
@@ -284,34 +482,29 @@ struct Reference {
 }
 
 impl Reference {
-    /// Every element (n below [`SAMPLE_FROM`]) or `samples` random ones plus two corners.
-    fn new(n: usize, a: &[f32], b: &[f32], samples: usize, rng: &mut Rng) -> Reference {
-        let points: Vec<(usize, f64)> = if n < SAMPLE_FROM {
-            let b64: Vec<f64> = b.iter().map(|&x| f64::from(x)).collect();
-            let mut c = vec![0f64; n * n];
-            for i in 0..n {
-                let row = &mut c[i * n..(i + 1) * n];
-                for k in 0..n {
-                    let aik = f64::from(a[i * n + k]);
-                    for (cj, bkj) in row.iter_mut().zip(&b64[k * n..(k + 1) * n]) {
-                        *cj += aik * bkj;
-                    }
-                }
-            }
-            c.into_iter().enumerate().collect()
-        } else {
-            let mut at = vec![0, n * n - 1];
-            at.extend((0..samples).map(|_| rng.below(n * n)));
-            at.into_iter()
-                .map(|idx| {
-                    let (i, j) = (idx / n, idx % n);
-                    let dot = (0..n)
-                        .map(|k| f64::from(a[i * n + k]) * f64::from(b[k * n + j]))
-                        .sum();
-                    (idx, dot)
-                })
-                .collect()
+    /// Every element (square n below [`SAMPLE_FROM`], or fewer than 2^28 multiply-adds) or
+    /// `samples` random ones plus two corners.
+    fn new(s: &Shape, a: &[f32], b: &[f32], samples: usize, rng: &mut Rng) -> Reference {
+        let total = s.batch * s.m * s.n;
+        let all = match s.square {
+            Some(n) => n < SAMPLE_FROM,
+            None => total * s.k < 1 << 28,
         };
+        let dot = |idx: usize| {
+            let (bi, r) = (idx / (s.m * s.n), idx % (s.m * s.n));
+            let (i, j) = (r / s.n, r % s.n);
+            (0..s.k)
+                .map(|kk| s.a_at(a, bi, i, kk) * s.b_at(b, bi, kk, j))
+                .sum::<f64>()
+        };
+        let at: Vec<usize> = if all {
+            (0..total).collect()
+        } else {
+            let mut at = vec![0, total - 1];
+            at.extend((0..samples).map(|_| rng.below(total)));
+            at
+        };
+        let points: Vec<(usize, f64)> = at.into_iter().map(|idx| (idx, dot(idx))).collect();
         let max_abs = points.iter().fold(0f64, |m, &(_, v)| m.max(v.abs()));
         Reference { points, max_abs }
     }
@@ -340,19 +533,21 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
     } else {
         args.tiles.iter().copied().map(Some).collect()
     };
-    let runs: Vec<(usize, Option<Tile>)> = args
-        .sizes
-        .iter()
-        .flat_map(|&n| tiles.iter().map(move |&t| (n, t)))
-        .collect();
-    for (i, (n, tile)) in runs.into_iter().enumerate() {
-        if n == 0 {
+    let shapes: Vec<Shape> = if args.shapes.is_empty() {
+        if args.sizes.contains(&0) {
             return Err(Failure::Error("sizes must be positive".into()));
         }
-        let src = format!(
-            "graph matmul_{n} {{\n  input a: f32[{n}, {n}]\n  input b: f32[{n}, {n}]\n  \
-             c = matmul(a, b)\n  output c\n}}\n"
-        );
+        args.sizes.iter().map(|&n| Shape::square(n)).collect()
+    } else {
+        args.shapes.clone()
+    };
+    let runs: Vec<(Shape, Option<Tile>)> = shapes
+        .iter()
+        .flat_map(|s| tiles.iter().map(move |&t| (s.clone(), t)))
+        .collect();
+    for (i, (shape, tile)) in runs.into_iter().enumerate() {
+        let label = shape.label();
+        let src = shape.program();
         let t = Instant::now();
         let artifact = compile_with_tile(&src, "matmul.sir", args.max_binding, tile)?;
         let compile_s = seconds(t);
@@ -362,15 +557,36 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
         let mut session = Session::load_with(artifact, &choice()?)?;
         let load_s = seconds(t);
 
-        let mut rng = Rng(args.seed ^ (n as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-        let random = |rng: &mut Rng| (0..n * n).map(|_| rng.nonzero()).collect::<Vec<f32>>();
-        let a = random(&mut rng);
-        let b = random(&mut rng);
+        let mut rng = Rng(args.seed ^ (shape.m as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let random =
+            |rng: &mut Rng, len: usize| (0..len).map(|_| rng.nonzero()).collect::<Vec<f32>>();
+        let a = random(&mut rng, shape.batch * shape.m * shape.k);
+        let b = random(&mut rng, shape.batch * shape.k * shape.n);
         let t = Instant::now();
-        let reference = Reference::new(n, &a, &b, args.samples.max(256), &mut rng);
+        let reference = Reference::new(&shape, &a, &b, args.samples.max(256), &mut rng);
         let reference_s = seconds(t);
-        let a = HostTensor::f32(vec![n, n], a);
-        let b = HostTensor::f32(vec![n, n], b);
+        let lead: Vec<usize> = if shape.batch > 1 {
+            vec![shape.batch]
+        } else {
+            vec![]
+        };
+        let dims = |x: [usize; 2]| lead.iter().copied().chain(x).collect::<Vec<usize>>();
+        let a = HostTensor::f32(
+            dims(if shape.at {
+                [shape.k, shape.m]
+            } else {
+                [shape.m, shape.k]
+            }),
+            a,
+        );
+        let b = HostTensor::f32(
+            dims(if shape.bt {
+                [shape.n, shape.k]
+            } else {
+                [shape.k, shape.n]
+            }),
+            b,
+        );
 
         let mut worst = 0f64;
         let mut checked_runs = 0u32;
@@ -383,9 +599,9 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
                 checked_runs += 1;
             },
         )?;
-        let flops = 2.0 * (n as f64).powi(3);
+        let flops = shape.flops();
         let flop_floor = flops / PEAK_FLOPS * 1e9;
-        let byte_floor = 3.0 * 4.0 * (n as f64).powi(2) / PEAK_BYTES * 1e9;
+        let byte_floor = shape.bytes() / PEAK_BYTES * 1e9;
         let floor_ns = flop_floor.max(byte_floor);
         let kernel_ns = profile.busy_ns;
         let tflops = flops / kernel_ns / 1e3;
@@ -393,7 +609,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
         if i == 0 {
             eprintln!("# {} ({})", profile.adapter, profile.mode);
             out.table(&format!(
-                "{:>6}  {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>11}  {:>8}",
+                "{:>18}  {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>6}  {:>11}  {:>8}",
                 "n",
                 "kernel ms",
                 "TFLOP/s",
@@ -406,8 +622,8 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             ));
         }
         out.table(&format!(
-            "{:>6}  {:>10}  {:>8.3}  {:>9}  {:>9}  {:>9}  {:>6.1}  {:>11.2e}  {:>8}",
-            n,
+            "{:>18}  {:>10}  {:>8.3}  {:>9}  {:>9}  {:>9}  {:>6.1}  {:>11.2e}  {:>8}",
+            label,
             ms(kernel_ns),
             tflops,
             ms(profile.gpu_ns),
@@ -418,7 +634,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             format!("{}x{}", reference.points.len(), checked_runs),
         ));
         eprintln!(
-            "#   n={n} tile {tile_name}: {} dispatch(es), {} kernel(s), {arenas} arena(s); compile {compile_s:.2} s, \
+            "#   {label} tile {tile_name}: {} dispatch(es), {} kernel(s), {arenas} arena(s); compile {compile_s:.2} s, \
              load {load_s:.2} s, reference {reference_s:.2} s; floor: FLOPs {} ms, bytes {} ms",
             profile.dispatches.len(),
             profile.kernels.len(),
@@ -429,7 +645,16 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             ("bench", Json::Str("matmul".into())),
             ("impl", Json::Str("sinter".into())),
             ("dtype", Json::Str("f32".into())),
-            ("n", Json::Int(n as u64)),
+            (
+                "n",
+                shape
+                    .square
+                    .map_or_else(|| Json::Str(label.clone()), |n| Json::Int(n as u64)),
+            ),
+            ("batch", Json::Int(shape.batch as u64)),
+            ("m", Json::Int(shape.m as u64)),
+            ("k", Json::Int(shape.k as u64)),
+            ("cols", Json::Int(shape.n as u64)),
             ("tile", Json::Str(tile_name.clone())),
             ("repeats", Json::Int(u64::from(args.repeats))),
             ("kernel_ms", Json::Num(kernel_ns / 1e6)),
@@ -448,7 +673,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
         ]);
         if !ok {
             wrong.push(format!(
-                "n={n}: max error {worst:.3e} of max |ref| exceeds {:e}",
+                "{label}: max error {worst:.3e} of max |ref| exceeds {:e}",
                 args.tolerance
             ));
         }
@@ -552,4 +777,173 @@ fn record_run(file: &Path, p: &Profile, out: &Output) {
         ("timestamps", Json::Str(format!("{:?}", p.mode))),
         ("adapter", Json::Str(p.adapter.clone())),
     ]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// gpt
+
+fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
+    use sinter_cli::gpt::{GptConfig, program};
+    let cfg = GptConfig {
+        layers: args.layers,
+        width: args.width,
+        heads: args.heads,
+        context: args.context,
+        batch: args.batch,
+        vocab: args.vocab,
+    };
+    cfg.check().map_err(Failure::Error)?;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Failure::Error(format!("cannot create {}: {e}", args.out.display())))?;
+    let write = |name: &str, bytes: &[u8]| {
+        let path = args.out.join(name);
+        std::fs::write(&path, bytes)
+            .map_err(|e| Failure::Error(format!("cannot write {}: {e}", path.display())))
+    };
+    let src = program(&cfg);
+    write("gpt.sir", src.as_bytes())?;
+    let config = format!(
+        "{{\"layers\":{},\"width\":{},\"heads\":{},\"context\":{},\"batch\":{},\"vocab\":{},\"lr\":0.0003,\"weight_decay\":0.1}}\n",
+        cfg.layers, cfg.width, cfg.heads, cfg.context, cfg.batch, cfg.vocab
+    );
+    write("config.json", config.as_bytes())?;
+
+    let t = Instant::now();
+    let graph =
+        sinter_ir::text::parse(&src).map_err(|d| Failure::Error(d.render("gpt.sir", &src)))?;
+    let mut options = sinter_compiler::Options {
+        optimize: !args.no_opt,
+        ..Default::default()
+    };
+    if let Some(bytes) = args.max_binding {
+        options.max_binding_size = bytes;
+    }
+    let compiled = sinter_compiler::compile(&graph, &options)?;
+    let compile_s = seconds(t);
+    let optimize_s = compiled
+        .optimize
+        .as_ref()
+        .map_or(0.0, |r| r.total_time.as_secs_f64());
+    let artifact = compiled.artifact;
+    let impl_name = if args.no_opt {
+        "sinter-no-opt"
+    } else {
+        "sinter"
+    };
+    out.table(&format!(
+        "# gpt {}x{} ({} heads, context {}, batch {}, vocab {}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",
+        cfg.layers,
+        cfg.width,
+        cfg.heads,
+        cfg.context,
+        cfg.batch,
+        cfg.vocab,
+        cfg.params() as f64 / 1e6,
+        artifact.kernels.len(),
+        artifact.dispatches.len(),
+        artifact.memory.peak_bytes as f64 / (1 << 20) as f64
+    ));
+    if let Some(r) = &compiled.optimize {
+        out.table(&format!("{r}"));
+    }
+    let mut fields = vec![
+        ("bench", Json::Str("gpt".into())),
+        ("impl", Json::Str(impl_name.into())),
+        ("layers", Json::Int(cfg.layers as u64)),
+        ("width", Json::Int(cfg.width as u64)),
+        ("heads", Json::Int(cfg.heads as u64)),
+        ("context", Json::Int(cfg.context as u64)),
+        ("batch", Json::Int(cfg.batch as u64)),
+        ("vocab", Json::Int(cfg.vocab as u64)),
+        ("compile_s", Json::Num(compile_s)),
+        ("optimize_s", Json::Num(optimize_s)),
+        ("kernels", Json::Int(artifact.kernels.len() as u64)),
+        ("dispatches", Json::Int(artifact.dispatches.len() as u64)),
+        ("arena_bytes", Json::Int(artifact.memory.peak_bytes)),
+    ];
+    if args.compile_only {
+        out.record(&fields);
+        return Ok(());
+    }
+
+    // the batch: random tokens, each target the next token
+    let mut rng = Rng(7);
+    let n = cfg.batch * cfg.context;
+    let ids: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
+    let targets: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
+    let shape = vec![cfg.batch, cfg.context];
+    let ids = HostTensor::i32(shape.clone(), ids);
+    let targets = HostTensor::i32(shape, targets);
+    sinter_runtime::io::write_npy(&args.out.join("ids.npy"), &ids)?;
+    sinter_runtime::io::write_npy(&args.out.join("targets.npy"), &targets)?;
+
+    let t = Instant::now();
+    let mut session = Session::load_with(artifact, &choice()?)?;
+    let load_s = seconds(t);
+    let params: Vec<(String, HostTensor)> = session
+        .weights()?
+        .into_iter()
+        .filter(|(name, _)| {
+            graph
+                .lookup(name)
+                .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::Param(_)))
+        })
+        .collect();
+    sinter_runtime::io::write_safetensors(&args.out.join("init.safetensors"), &params)?;
+    let feeds = [("ids", &ids), ("targets", &targets)];
+    let loss = |o: &sinter_runtime::Outputs| -> f64 {
+        f32_data(o, "loss").map_or(f64::NAN, |v| f64::from(v[0]))
+    };
+    let loss0 = loss(&session.run_reading(&feeds, &["loss"])?);
+    let loss1 = loss(&session.run_reading(&feeds, &["loss"])?);
+    session.run_reading(&feeds, &["loss"])?;
+    let t = Instant::now();
+    for _ in 1..args.steps {
+        session.run_reading(&feeds, &[])?;
+    }
+    let last = loss(&session.run_reading(&feeds, &["loss"])?);
+    let step_ms = seconds(t) * 1e3 / f64::from(args.steps.max(1));
+    let profile = session.profile(&feeds, args.profile.max(1))?;
+    out.table(&format!(
+        "# loaded in {load_s:.2} s; loss {loss0:.6} then {loss1:.6} ({} steps later {last:.4}); {step_ms:.3} ms per step (wall), {:.3} ms of kernels (GPU timestamps)",
+        args.steps,
+        profile.gpu_ns / 1e6
+    ));
+    out.table(&pattern_table(&profile));
+    out.table(&profile.to_string());
+    fields.extend([
+        ("loss0", Json::Num(loss0)),
+        ("loss1", Json::Num(loss1)),
+        ("step_ms", Json::Num(step_ms)),
+        ("gpu_ms", Json::Num(profile.gpu_ns / 1e6)),
+        ("busy_ms", Json::Num(profile.busy_ns / 1e6)),
+        ("adapter", Json::Str(profile.adapter.clone())),
+    ]);
+    out.record(&fields);
+    Ok(())
+}
+
+/// GPU time by kernel pattern, largest first.
+fn pattern_table(p: &Profile) -> String {
+    let mut by: Vec<(String, usize, f64)> = Vec::new();
+    for k in &p.kernels {
+        match by.iter_mut().find(|(name, _, _)| *name == k.pattern) {
+            Some(e) => {
+                e.1 += k.dispatches;
+                e.2 += k.median_ns;
+            }
+            None => by.push((k.pattern.clone(), k.dispatches, k.median_ns)),
+        }
+    }
+    by.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut s = String::from("pattern              dispatches   ms       share\n");
+    for (name, d, ns) in by {
+        let share = if p.gpu_ns > 0.0 { ns / p.gpu_ns } else { 0.0 };
+        s.push_str(&format!(
+            "{name:<20} {d:>10}   {:<8} {:>5.1}%\n",
+            ms(ns),
+            share * 100.0
+        ));
+    }
+    s
 }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GPT-2-style training steps, sinter (optimized and --no-opt) against PyTorch eager fp32 in the
+# same host session (see bench/README.md). Expects .bench/sinter-bench and the Vulkan loaders in
+# .gl/; writes one log per shape under $OUT.
+#
+#   bash bench/gpt.sh "4 256 4" "12 768 12"      # layers width heads, one shape per argument
+set -u
+source .gl/vulkan-env.sh > /dev/null
+export XDG_RUNTIME_DIR=/tmp
+B=.bench/sinter-bench
+STEPS=${STEPS:-10}
+for shape in "$@"; do
+  set -- $shape
+  name=gpt-$1x$2
+  dir=/tmp/$name
+  mkdir -p "$dir"
+  log="$OUT/$name.txt"
+  : > "$dir/sinter.jsonl"
+  for opt in "" "--no-opt"; do
+    $B --json gpt --layers "$1" --width "$2" --heads "$3" --steps "$STEPS" --profile 2 \
+      --max-binding 2147483644 $opt --out "$dir" >> "$dir/sinter.jsonl" 2>> "$log"
+  done
+  python3 bench/gpt_torch.py "$dir" --steps "$STEPS" --json >> "$log" 2>&1
+  cat "$dir/sinter.jsonl" >> "$log"
+done
+tail -n 4 "$OUT"/gpt-*.txt

@@ -1,0 +1,278 @@
+//! The optimizer keeps values: every rule, and every fused kernel the rules build, computes what
+//! the source graph computes. One harness: a program is decomposed, put in an e-graph, rewritten;
+//! then for every alternative node of every e-class, the kernel graph that uses it is evaluated in
+//! the reference interpreter (fused kernels by their own evaluator) and compared with the source
+//! graph's values on random inputs.
+
+use std::collections::HashMap;
+
+use sinter_compiler::kgraph::evaluate;
+use sinter_compiler::optimize::{explore, rules};
+use sinter_ir::interp::{Tensor, evaluate as interp};
+use sinter_ir::{DType, Graph, ValueDef};
+
+/// xorshift64*, for inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// ±[0.25, 1.25), never zero.
+    fn nonzero(&mut self) -> f64 {
+        let m = 0.25 + self.unit();
+        if self.next() & 1 == 0 { m } else { -m }
+    }
+}
+
+fn program(src: &str) -> Graph {
+    let g = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t.sir", src)));
+    let g = sinter_ir::expand::expand_composites(&g);
+    let g = sinter_compiler::autodiff::differentiate(&g)
+        .expect("differentiable")
+        .graph;
+    sinter_ir::decompose::decompose(&g)
+}
+
+fn inputs(g: &Graph, rng: &mut Rng) -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
+    let mut feed = HashMap::new();
+    let mut persistent = HashMap::new();
+    for v in g.value_ids() {
+        let value = g.value(v);
+        let n = value.ty.numel();
+        let t = match value.ty.dtype {
+            // small non-negative ints: valid labels and ids for every program here
+            DType::I32 => Tensor::i32(
+                value.ty.shape.clone(),
+                (0..n).map(|i| (i % 3) as i64).collect(),
+            ),
+            DType::F32 => Tensor::f32(
+                value.ty.shape.clone(),
+                (0..n).map(|_| rng.nonzero()).collect(),
+            ),
+        };
+        match value.def {
+            ValueDef::Input => {
+                feed.insert(value.name.clone(), t);
+            }
+            ValueDef::State(_) if value.ty.shape.is_empty() => {
+                // step counters: a valid step
+                persistent.insert(value.name.clone(), Tensor::f32(vec![], vec![2.0]));
+            }
+            ValueDef::Param(_) => {
+                persistent.insert(value.name.clone(), t);
+            }
+            ValueDef::State(_) => {
+                // optimizer moments: second moments must not be negative
+                let data = t.data.iter().map(|v| v.abs()).collect();
+                persistent.insert(
+                    value.name.clone(),
+                    Tensor::f32(value.ty.shape.clone(), data),
+                );
+            }
+            ValueDef::Node { .. } => {}
+        }
+    }
+    (feed, persistent)
+}
+
+/// Equal up to rounding: within 1e-6 of the largest |value| of `b`. Fused kernels hold their
+/// literals as f32 (as the GPU does) where the interpreter keeps f64, and sums are reordered.
+fn close(a: &Tensor, b: &Tensor) -> bool {
+    let scale = b.data.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
+    a.ty == b.ty
+        && a.data
+            .iter()
+            .zip(&b.data)
+            .all(|(&x, &y)| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-6 * scale)
+}
+
+/// Every alternative of `src`'s e-graph (after the algebra and layout rules, and with `fusion`
+/// the fusion rules) agrees with the source graph; returns how many were checked.
+fn check_alternatives(src: &str, fusion: bool, limit: usize) -> usize {
+    let g = program(src);
+    let mut rng = Rng(0x5eed);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let e = explore(&g, fusion);
+    let variants = e.variants(limit);
+    for (what, kg) in &variants {
+        let got = evaluate(kg, &feed, &persistent).unwrap_or_else(|err| panic!("{what}: {err}"));
+        for ((name, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+            assert!(
+                close(a, w),
+                "{what}: output {name}\n got {a}\n want {w}\n{src}"
+            );
+        }
+        for ((name, w), (_, a)) in want.assigned.iter().zip(&got.assigned) {
+            assert!(
+                close(a, w),
+                "{what}: assign {name}\n got {a}\n want {w}\n{src}"
+            );
+        }
+    }
+    variants.len()
+}
+
+/// A program where each algebra and layout rule applies.
+const RULE_CASES: &[(&str, &str)] = &[
+    ("mul-one", "y = mul(x, 1)"),
+    ("one-mul", "y = mul(1, x)"),
+    ("div-one", "y = div(x, 1)"),
+    ("add-zero", "y = add(x, 0)"),
+    ("zero-add", "y = add(0, x)"),
+    ("sub-zero", "y = sub(x, 0)"),
+    ("neg-neg", "y = neg(neg(x))"),
+    ("sub-neg", "y = sub(x, neg(z))"),
+    ("add-neg", "y = add(x, neg(z))"),
+    ("mul-minus-one", "y = mul(x, -1)"),
+    ("mul-reciprocal", "y = mul(x, reciprocal(z))"),
+    ("mul-mul-const", "y = mul(mul(x, 3), 0.5)"),
+    ("matmul-scale-left", "y = matmul(mul(x, 0.5), w)"),
+    ("matmul-scale-right", "y = matmul(x, mul(w, 2))"),
+    ("fold-constants", "c = add(2, 3)\n  y = mul(x, c)"),
+    (
+        "transpose-transpose",
+        "y = transpose(transpose(x, dim0=0, dim1=1), dim0=1, dim1=0)",
+    ),
+    (
+        "permute-permute",
+        "y = permute(permute(t, perm=[1, 2, 0]), perm=[2, 0, 1])",
+    ),
+    (
+        "reshape-reshape",
+        "y = reshape(reshape(x, shape=[2, 2, 3]), shape=[12])",
+    ),
+    ("reshape-identity", "y = reshape(x, shape=[4, 3])"),
+    ("broadcast-identity", "y = broadcast_to(x, shape=[4, 3])"),
+    ("permute-identity", "y = permute(t, perm=[0, 1, 2])"),
+    (
+        "squeeze-unsqueeze",
+        "y = squeeze(unsqueeze(x, axis=1), axis=1)",
+    ),
+];
+
+#[test]
+fn every_rule_keeps_values() {
+    let mut names: Vec<String> = rules::algebra()
+        .iter()
+        .chain(rules::layout().iter())
+        .map(|r| r.name.to_string())
+        .collect();
+    names.sort();
+    let mut covered: Vec<String> = RULE_CASES.iter().map(|(r, _)| r.to_string()).collect();
+    covered.sort();
+    assert_eq!(
+        names, covered,
+        "every rule has a case here, and every case a rule"
+    );
+    for (rule, body) in RULE_CASES {
+        let src = format!(
+            "graph t {{\n  input x: f32[4, 3]\n  input z: f32[4, 3]\n  input w: f32[3, 5]\n  input t: f32[2, 3, 4]\n  {body}\n  output y\n}}\n"
+        );
+        let g = program(&src);
+        let e = explore(&g, false);
+        assert!(e.applied(rule) > 0, "`{rule}` did not apply to\n{src}");
+        let checked = check_alternatives(&src, false, 1000);
+        assert!(
+            checked > 1 || e.applied(rule) > 0,
+            "`{rule}`: nothing checked in\n{src}"
+        );
+    }
+}
+
+#[test]
+fn fused_kernels_of_a_training_step_keep_values() {
+    // a two-layer MLP with layer norm, softmax cross-entropy and AdamW: forward, backward and
+    // optimizer kernels
+    let src = "graph t {
+  input x: f32[5, 6]
+  input labels: i32[5]
+  param w1: f32[6, 7] = normal(std=0.3, seed=1)
+  param b1: f32[7] = zeros
+  param g: f32[7] = ones
+  param be: f32[7] = zeros
+  param w2: f32[7, 3] = normal(std=0.3, seed=2)
+  h = gelu(add(matmul(x, w1), b1), approximate=\"tanh\")
+  n = layer_norm(h, g, be)
+  logits = matmul(n, w2)
+  loss = cross_entropy(logits, labels)
+  train loss with adamw(lr=0.01, weight_decay=0.1)
+  output loss, logits
+}
+";
+    let n = check_alternatives(src, true, 3000);
+    assert!(n > 100, "only {n} alternatives");
+}
+
+#[test]
+fn fused_attention_and_softmax_backward_keep_values() {
+    let src = "graph t {
+  input q: f32[1, 2, 5, 4]
+  param k: f32[1, 2, 5, 4] = normal(seed=3)
+  param v: f32[1, 2, 5, 4] = normal(seed=4)
+  a = attention(q, k, v, causal=true)
+  loss = sum(mul(a, a))
+  dk, dv = grad(loss, k, v)
+  output loss, dk, dv
+}
+";
+    let n = check_alternatives(src, true, 3000);
+    assert!(n > 50, "only {n} alternatives");
+}
+
+#[test]
+fn fused_reductions_over_outer_axes_and_argmax_keep_values() {
+    let src = "graph t {
+  input x: f32[6, 5]
+  s = sum(mul(x, x), axes=[0])
+  m = max(exp(x), axes=[0], keepdim=true)
+  y = sub(x, m)
+  i = argmax(add(x, 1), axis=1)
+  lse = logsumexp(x, axes=[1])
+  output s, y, i, lse
+}
+";
+    check_alternatives(src, true, 3000);
+}
+
+/// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:
+/// the optimized kernel graph computes the outputs and updates of the source graph.
+#[test]
+fn optimized_examples_keep_values() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../ir-spec/examples");
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .expect("examples")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".sir"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 5);
+    for name in names {
+        let src = std::fs::read_to_string(format!("{dir}/{name}")).expect("readable");
+        let g = program(&src);
+        let mut rng = Rng(0xe4a);
+        let (feed, persistent) = inputs(&g, &mut rng);
+        let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+        let (kg, report) = sinter_compiler::optimize::optimize(&g);
+        assert!(
+            kg.nodes.len() < g.nodes.len(),
+            "{name}: nothing fused\n{report}"
+        );
+        let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+        for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+            assert!(close(a, w), "{name}: output {n}\n got {a}\n want {w}");
+        }
+        for ((n, w), (_, a)) in want.assigned.iter().zip(&got.assigned) {
+            assert!(close(a, w), "{name}: assign {n}\n got {a}\n want {w}");
+        }
+    }
+}

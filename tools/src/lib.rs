@@ -1,0 +1,4 @@
+//! Library part of the command line: what the `sinter` and `sinter-bench` binaries and the
+//! tests share.
+
+pub mod gpt;
