@@ -188,7 +188,7 @@ impl KernelPlan {
                 .filter(|(_, s)| **s != 0)
                 .map(|(&d, _)| d as u64)
                 .product::<u64>()
-                * 4
+                * sinter_ir::artifact::WORD_BYTES
         };
         let views: Vec<&View> = match self {
             KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),

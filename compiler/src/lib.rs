@@ -8,6 +8,7 @@
 //! compiler bug and fails compilation with naga's diagnostic.
 
 pub mod autodiff;
+pub mod bounds;
 pub mod codegen;
 pub mod error;
 pub mod flash;
@@ -24,9 +25,9 @@ use std::fmt::Write;
 
 use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
-    Requirements, Role, TensorSlot,
+    Requirements, Role, TensorSlot, WORD_BYTES,
 };
-use sinter_ir::{DType, Graph, ValueDef};
+use sinter_ir::{DType, Graph};
 
 pub use error::CompileError;
 use memory::MemoryPlan;
@@ -155,7 +156,10 @@ fn run_passes(
     let differentiated = autodiff::differentiate(&graph)?;
     let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
-    let bounds = index_bounds(&graph);
+    let contracts = bounds::analyze(&graph)?;
+    let bounds: HashMap<String, usize> = (contracts.iter())
+        .filter_map(|(name, c)| Some((name.clone(), c.index_bound? as usize)))
+        .collect();
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
     let unoptimized = kgraph::KernelGraph::from_graph(&graph);
@@ -187,6 +191,14 @@ fn run_passes(
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let mut artifact = pack(&kgraph, &sched, &mem, options)?;
+    for slot in &mut artifact.tensors {
+        if let (Some(c), Role::Input | Role::Param | Role::State) =
+            (contracts.get(&slot.name), slot.role)
+        {
+            slot.index_bound = c.index_bound;
+            slot.at_least = c.at_least;
+        }
+    }
     artifact.optimizer = summary;
     let mut warnings = warnings;
     warnings.extend(loop_warnings(&artifact));
@@ -278,26 +290,6 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
         .collect()
 }
 
-/// i32 inputs that index something (embedding ids, class labels), by name, with the number of
-/// rows or classes they index; found before decomposition, where the ops that index are whole.
-pub fn index_bounds(g: &Graph) -> HashMap<String, usize> {
-    use sinter_ir::Op;
-    let mut bounds: HashMap<String, usize> = HashMap::new();
-    for node in &g.nodes {
-        let (ids, bound) = match node.op {
-            Op::Embedding => (node.inputs[1], g.ty(node.inputs[0]).shape[0]),
-            Op::EmbeddingGrad => (node.inputs[1], node.attr(sinter_ir::key::NUM_EMBEDDINGS)),
-            Op::CrossEntropy => (node.inputs[1], g.ty(node.inputs[0]).shape[1]),
-            _ => continue,
-        };
-        if g.value(ids).def == ValueDef::Input {
-            let entry = bounds.entry(g.name_of(ids).to_string()).or_insert(bound);
-            *entry = (*entry).min(bound);
-        }
-    }
-    bounds
-}
-
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
     graph: &kgraph::KernelGraph,
@@ -365,7 +357,7 @@ fn pack(
             .max(*src.workgroups.iter().max().expect("3 dims"));
         req.max_uniform_buffer_binding_size = req
             .max_uniform_buffer_binding_size
-            .max(src.params.len() as u64 * 4);
+            .max(src.params.len() as u64 * size_of::<u32>() as u64);
         dispatches.push(Dispatch {
             kernel: index,
             arenas: src.arenas,
@@ -405,7 +397,7 @@ fn pack(
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
                 source_arena: s.arena,
-                source_offset: s.offset + view.offset as u64 * 4,
+                source_offset: s.offset + view.offset as u64 * WORD_BYTES,
                 target_arena: t.arena,
                 target_offset: t.offset,
                 bytes: graph.ty(*target).size_bytes() as u64,
@@ -491,6 +483,7 @@ fn tensor_slots(
             offset: p.offset,
             init,
             index_bound: sched.index_bounds.get(&value).map(|&b| b as u64),
+            at_least: None,
         });
     }
     for o in &sched.outputs {
@@ -500,9 +493,10 @@ fn tensor_slots(
             role: Role::Output,
             ty: o.ty.clone(),
             arena: p.arena,
-            offset: p.offset + o.view.offset as u64 * 4,
+            offset: p.offset + o.view.offset as u64 * WORD_BYTES,
             init: None,
             index_bound: None,
+            at_least: None,
         });
     }
     (slots, blob)

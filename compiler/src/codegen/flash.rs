@@ -224,7 +224,8 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         + BR * (BC + 1) * if two_tiles { 2 } else { 1 }
         + BC * VC
         + if forward { BR * 17 } else { 0 };
-    (s, [blocks as u32, batch as u32, 1], (words * 4) as u32)
+    let bytes = words as u64 * sinter_ir::artifact::WORD_BYTES;
+    (s, [blocks as u32, batch as u32, 1], bytes as u32)
 }
 
 struct Body {

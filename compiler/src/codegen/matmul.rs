@@ -11,6 +11,8 @@
 use std::fmt::Write;
 
 use super::{Emitter, LOOP_BUDGET, MAX_GROUPS, WORKGROUP, decompose};
+use sinter_ir::artifact::WORD_BYTES;
+
 use crate::CompileError;
 use crate::kernel::Matmul;
 use crate::layout::View;
@@ -88,7 +90,7 @@ impl Tile {
             && (bm / tm) * (bn / tn) == WORKGROUP
             && (bm * bk) % WORKGROUP == 0
             && (bk * bn) % WORKGROUP == 0
-            && ((bm + PAD) * bk + bk * (bn + PAD)) * 4 <= 16384;
+            && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= 16384;
         if fits {
             Ok(t)
         } else {
@@ -336,7 +338,7 @@ pub fn emit(
         scalar_write(&mut s, &arena_o, &value);
     }
     writeln!(s, "}}").unwrap();
-    let shared = (sa * bk + bk * sb) * 4;
+    let shared = (sa * bk + bk * sb) * WORD_BYTES as u32;
     Ok((s, [gx as u32, gy as u32, batch.max(1) as u32], shared))
 }
 

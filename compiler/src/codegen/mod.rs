@@ -20,6 +20,7 @@ pub mod numerics;
 use std::fmt::Write;
 
 use sinter_ir::DType;
+use sinter_ir::artifact::WORD_BYTES;
 
 use crate::kernel::KernelPlan;
 use crate::layout::BufferId;
@@ -157,7 +158,7 @@ impl Emitter<'_> {
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
-        let start = self.mem.placements[buffer.0 as usize].offset as usize / 4;
+        let start = (self.mem.placements[buffer.0 as usize].offset / WORD_BYTES) as usize;
         let slot = self.arena_slot(buffer) as u32;
         self.address_words.push([self.params.len() as u32, slot]);
         self.param(start + offset)
