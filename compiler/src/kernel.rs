@@ -39,6 +39,33 @@ pub struct SplitSum {
     pub epilogue: Option<FusedKernel>,
 }
 
+/// A flash attention kernel (see [`crate::flash`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flash {
+    pub spec: crate::flash::FlashSpec,
+    /// Batch extents (the score space without its last two axes).
+    pub batch: Vec<usize>,
+    pub sq: usize,
+    pub sk: usize,
+    /// Head dimension of q and k, and of v.
+    pub d: usize,
+    pub dv: usize,
+    /// `q [batch.., sq, d]`, `k [batch.., sk, d]`, `v [batch.., sk, dv]`, broadcast to the batch
+    /// (stride 0 where shared).
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    /// Backward kernels: `dO [batch.., sq, dv]`, `L` and `D` as `[batch.., sq, 1]`.
+    pub d_o: Option<View>,
+    pub lse: Option<View>,
+    pub delta: Option<View>,
+    /// Views of the score function's other operands, and of its backward's.
+    pub score_extras: Vec<View>,
+    pub dscore_extras: Vec<View>,
+    /// Forward: `O`, `L`; dK/dV: `dK [batch.., sk, d]`, `dV`; dQ: `dQ`.
+    pub outputs: Vec<View>,
+}
+
 /// 2-D convolution, NCHW / OIHW.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conv2d {
@@ -128,6 +155,7 @@ pub enum KernelPlan {
     Pool2dGrad(Pool2dGrad),
     ScatterAdd(ScatterAdd),
     SliceGrad(SliceGrad),
+    Flash(Box<Flash>),
 }
 
 impl KernelPlan {
@@ -163,6 +191,7 @@ impl KernelPlan {
                 }
             }
             KernelPlan::ScatterAdd(_) => "scatter_add",
+            KernelPlan::Flash(f) => f.spec.pattern(),
             KernelPlan::SliceGrad(_) => "slice_grad",
         }
     }
@@ -202,6 +231,7 @@ impl KernelPlan {
             KernelPlan::Pool2dGrad(p) => [&p.dy, &p.out].into_iter().chain(&p.x).collect(),
             KernelPlan::ScatterAdd(s) => vec![&s.dy, &s.ids, &s.out],
             KernelPlan::SliceGrad(s) => vec![&s.dy, &s.out],
+            KernelPlan::Flash(f) => f.reads().into_iter().chain(&f.outputs).collect(),
         };
         views.into_iter().map(distinct).sum()
     }
@@ -242,6 +272,20 @@ impl KernelPlan {
             }
             KernelPlan::ScatterAdd(s) => (vec![s.dy.buffer, s.ids.buffer], vec![s.out.buffer]),
             KernelPlan::SliceGrad(s) => (vec![s.dy.buffer], vec![s.out.buffer]),
+            KernelPlan::Flash(f) => (
+                f.reads().iter().map(|v| v.buffer).collect(),
+                f.outputs.iter().map(|v| v.buffer).collect(),
+            ),
         }
+    }
+}
+
+impl Flash {
+    /// Every view the kernel reads.
+    pub fn reads(&self) -> Vec<&View> {
+        let mut v = vec![&self.q, &self.k, &self.v];
+        v.extend(self.d_o.iter().chain(&self.lse).chain(&self.delta));
+        v.extend(self.score_extras.iter().chain(&self.dscore_extras));
+        v
     }
 }

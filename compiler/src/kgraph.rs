@@ -19,6 +19,8 @@ pub enum KernelOp {
     /// `a @ b` (inputs 0 and 1) stored through an elementwise epilogue program whose operand 0
     /// is the product and whose operand `i > 0` is input `i + 1`.
     MatmulEpilogue(Box<Program>),
+    /// A flash attention kernel (see [`crate::flash`]); inputs and results as its kind says.
+    Flash(Box<crate::flash::FlashSpec>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -38,7 +40,7 @@ impl KNode {
     pub fn ir(&self) -> Option<Op> {
         match &self.op {
             KernelOp::Ir(op, _) => Some(*op),
-            KernelOp::Fused(_) | KernelOp::MatmulEpilogue(_) => None,
+            _ => None,
         }
     }
 
@@ -198,6 +200,7 @@ impl KernelGraph {
                 KernelOp::MatmulEpilogue(_) => {
                     format!("matmul + epilogue ({} ops)", node.sources.len())
                 }
+                KernelOp::Flash(spec) => spec.pattern().to_string(),
             };
             let names: Vec<&str> = node.outputs.iter().map(|&o| self.name_of(o)).collect();
             let peripheries = if node.outputs.iter().any(|o| results.contains(o)) {
@@ -283,6 +286,10 @@ pub fn evaluate(
             KernelOp::Fused(p) => {
                 let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
                 crate::fused::eval::eval(p, &owned)
+            }
+            KernelOp::Flash(spec) => {
+                let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
+                crate::flash::eval(spec, &owned)
             }
             KernelOp::MatmulEpilogue(p) => {
                 let product_ty = TensorType::f32(crate::fused::eval::shape_of(p, &p.operands[0]));

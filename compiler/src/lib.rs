@@ -10,6 +10,7 @@
 pub mod autodiff;
 pub mod codegen;
 pub mod error;
+pub mod flash;
 pub mod fused;
 pub mod kernel;
 pub mod kgraph;
@@ -197,6 +198,17 @@ fn run_passes(
         optimize: report,
         dot,
     })
+}
+
+/// The back half of [`compile`] for a kernel graph built directly (tests of kernels that only
+/// the optimizer makes): lowering, memory plan, codegen, artifact.
+pub fn compile_kernel_graph(
+    kgraph: &kgraph::KernelGraph,
+    options: &Options,
+) -> Result<Artifact, CompileError> {
+    let sched = schedule::lower(kgraph, HashMap::new())?;
+    let mem = memory::plan(&sched, options.max_binding_size)?;
+    pack(kgraph, &sched, &mem, options)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
@@ -502,6 +514,7 @@ pub fn describe_kernel_graph(kg: &kgraph::KernelGraph) -> String {
             kgraph::KernelOp::Ir(op, _) => op.name().to_string(),
             kgraph::KernelOp::Fused(p) => format!("fused {}", p.pattern()),
             kgraph::KernelOp::MatmulEpilogue(_) => "matmul_epilogue".to_string(),
+            kgraph::KernelOp::Flash(spec) => spec.pattern().to_string(),
         };
         writeln!(
             s,

@@ -310,6 +310,7 @@ impl Lowering<'_> {
                 let label = node.sources.join("; ");
                 return self.matmul(node, label, Some(program));
             }
+            KernelOp::Flash(spec) => return self.flash(node, spec),
             KernelOp::Ir(op, _) => *op,
         };
         let label = node.sources.join("; ");
@@ -516,6 +517,57 @@ impl Lowering<'_> {
             // the elementwise families are matched by the first arm
             _ => unreachable!("`{}` is elementwise", op.name()),
         }
+        Ok(())
+    }
+
+    /// A flash attention kernel: operands as views over the score space's batch axes.
+    fn flash(&mut self, node: &KNode, spec: &crate::flash::FlashSpec) -> Result<(), CompileError> {
+        let space = &spec.score.domain;
+        let nb = space.len() - 2;
+        let batch = space[..nb].to_vec();
+        let (sq, sk) = (space[nb], space[nb + 1]);
+        let mut views = Vec::new();
+        for &v in &node.inputs {
+            views.push(self.view(v)?);
+        }
+        // a [batch'.., rows, cols] operand over the full batch
+        let over_batch = |v: &View| {
+            let mut shape = batch.clone();
+            shape.extend_from_slice(&v.shape[v.rank() - 2..]);
+            v.broadcast_to(&shape)
+        };
+        let (d, dv) = (
+            views[0].shape[views[0].rank() - 1],
+            views[2].shape[views[2].rank() - 1],
+        );
+        let fixed = spec.fixed_inputs();
+        let backward = fixed == 6;
+        let score_extras = views[fixed..fixed + spec.score_extras()].to_vec();
+        let dscore_extras = views[fixed + spec.score_extras()..].to_vec();
+        let mut outputs = Vec::new();
+        for &o in &node.outputs {
+            let view = self.temp(o);
+            self.views.insert(o, view.clone());
+            outputs.push(view);
+        }
+        let plan = crate::kernel::Flash {
+            spec: spec.clone(),
+            batch: batch.clone(),
+            sq,
+            sk,
+            d,
+            dv,
+            q: over_batch(&views[0]),
+            k: over_batch(&views[1]),
+            v: over_batch(&views[2]),
+            d_o: backward.then(|| over_batch(&views[3])),
+            lse: backward.then(|| over_batch(&views[4])),
+            delta: backward.then(|| over_batch(&views[5])),
+            score_extras,
+            dscore_extras,
+            outputs,
+        };
+        self.push_node(KernelPlan::Flash(Box::new(plan)), node);
         Ok(())
     }
 

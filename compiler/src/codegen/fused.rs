@@ -87,28 +87,24 @@ fn mapping(k: &FusedKernel) -> Mapping {
 /// product and its coordinates in the output (batch axes, row, column); `k`'s operand 0 is the
 /// product, its one output the stored value.
 pub fn emit_epilogue(e: &mut Emitter, k: &FusedKernel) -> String {
+    emit_elementwise_fn(e, k, "epilogue", "product")
+}
+
+/// An elementwise program (one output, no reduction) as a WGSL function
+/// `NAME(ARG: f32, c0: u32, ..) -> f32` of its operand 0 (passed in) and its space coordinates;
+/// its other operands are read through `k`'s views.
+pub fn emit_elementwise_fn(e: &mut Emitter, k: &FusedKernel, name: &str, arg: &str) -> String {
     let p = &k.program;
     debug_assert!(p.reduce.is_empty() && p.outputs.len() == 1, "{p:?}");
     let mut cx = Cx::new(e, k);
-    cx.product_operand = true;
+    cx.product_operand = Some(arg.to_string());
     let need = cx.needed(&[p.outputs[0].value]);
     cx.bind_rows(&need);
     let mut s = String::new();
     let coords: Vec<String> = (0..p.domain.len()).map(|a| format!("c{a}: u32")).collect();
-    writeln!(
-        s,
-        "fn epilogue(product: f32, {}) -> f32 {{",
-        coords.join(", ")
-    )
-    .unwrap();
+    writeln!(s, "fn {name}({arg}: f32, {}) -> f32 {{", coords.join(", ")).unwrap();
     s.push_str(&cx.body);
-    writeln!(
-        s,
-        "    return v{};
-}}",
-        p.outputs[0].value
-    )
-    .unwrap();
+    writeln!(s, "    return v{};\n}}", p.outputs[0].value).unwrap();
     s
 }
 
@@ -131,8 +127,9 @@ struct Cx<'e, 'm, 'k> {
     dtypes: Vec<DType>,
     /// Row-level instructions already bound at function scope.
     bound: Vec<bool>,
-    /// In a matmul epilogue: operand 0 is the product, passed in as `product`.
-    product_operand: bool,
+    /// In an elementwise function (a matmul epilogue, a score function): operand 0 is passed in
+    /// as this argument.
+    product_operand: Option<String>,
     body: String,
 }
 
@@ -146,7 +143,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             levels: p.levels(),
             dtypes: p.dtypes(),
             bound: vec![false; p.insts.len()],
-            product_operand: false,
+            product_operand: None,
             body: String::new(),
         }
     }
@@ -175,7 +172,9 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
     fn expr(&mut self, i: usize) -> String {
         let v = |a: &u32| format!("v{a}");
         match &self.p.insts[i] {
-            Inst::Load(0) if self.product_operand => "product".to_string(),
+            Inst::Load(0) if self.product_operand.is_some() => {
+                self.product_operand.clone().expect("checked")
+            }
             Inst::Load(o) => self.operand_load(*o as usize),
             Inst::Const(bits) => f32_literal(f32::from_bits(*bits)),
             Inst::Coord(k) => format!("f32(c{k})"),

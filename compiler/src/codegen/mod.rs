@@ -14,6 +14,7 @@
 
 mod backward;
 mod conv;
+pub mod flash;
 pub mod fused;
 pub mod matmul;
 pub mod numerics;
@@ -77,6 +78,7 @@ pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::
         KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
+        KernelPlan::Flash(k) => flash::emit(&mut e, k),
     };
     e.finish(plan.pattern(), &body, workgroups, shared)
 }

@@ -1,0 +1,291 @@
+//! The flash attention kernels on the GPU against their semantics in the interpreter
+//! (`sinter_compiler::flash::eval`), each built directly as a kernel graph: the forward, the
+//! dQ kernel and the dK/dV kernel, with causal, windowed and additive masks, ragged lengths,
+//! head dimensions up to 256 and broadcast batch axes.
+
+use std::collections::HashMap;
+
+use sinter_compiler::flash::{FlashKind, FlashSpec};
+use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
+use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evaluate};
+use sinter_ir::interp::Tensor;
+use sinter_ir::{DType, Op, TensorType, ValueId};
+use sinter_runtime::Session;
+use sinter_runtime::io::HostTensor;
+use sinter_tests::{Rng, random_tensor, relative_error};
+
+/// The mask of a score function.
+#[derive(Clone, Copy, Debug)]
+enum Mask {
+    None,
+    Causal,
+    /// |i − j| < w.
+    Window(usize),
+    /// An additive `[sq, sk]` bias operand.
+    Additive,
+}
+
+/// `s = mask(scale · x)` over `[batch.., sq, sk]`; operand 0 is `x`.
+fn score(batch: &[usize], sq: usize, sk: usize, scale: f32, mask: Mask) -> Program {
+    let nb = batch.len();
+    let mut domain = batch.to_vec();
+    domain.extend([sq, sk]);
+    let rank = domain.len();
+    let space = |a: usize| Axis::Space(a as u8);
+    let mut operands = vec![Access {
+        dtype: DType::F32,
+        axes: (0..rank).map(space).collect(),
+    }];
+    let mut insts = vec![
+        Inst::Load(0),
+        Inst::Const(scale.to_bits()),
+        Inst::Map(Scalar::Op(Op::Mul), vec![0, 1]),
+    ];
+    let neg_inf = f32::NEG_INFINITY.to_bits();
+    let push = |insts: &mut Vec<Inst>, i: Inst| {
+        insts.push(i);
+        (insts.len() - 1) as u32
+    };
+    let out = match mask {
+        Mask::None => 2,
+        Mask::Causal => {
+            let i = push(&mut insts, Inst::Coord(nb as u8));
+            let j = push(&mut insts, Inst::Coord(nb as u8 + 1));
+            let keep = push(&mut insts, Inst::Map(Scalar::Op(Op::Le), vec![j, i]));
+            let c = push(&mut insts, Inst::Const(neg_inf));
+            push(
+                &mut insts,
+                Inst::Map(Scalar::Op(Op::Where), vec![keep, 2, c]),
+            )
+        }
+        Mask::Window(w) => {
+            let i = push(&mut insts, Inst::Coord(nb as u8));
+            let j = push(&mut insts, Inst::Coord(nb as u8 + 1));
+            let d = push(&mut insts, Inst::Map(Scalar::Op(Op::Sub), vec![i, j]));
+            let a = push(&mut insts, Inst::Map(Scalar::Op(Op::Abs), vec![d]));
+            let wc = push(&mut insts, Inst::Const((w as f32).to_bits()));
+            let keep = push(&mut insts, Inst::Map(Scalar::Op(Op::Lt), vec![a, wc]));
+            let c = push(&mut insts, Inst::Const(neg_inf));
+            push(
+                &mut insts,
+                Inst::Map(Scalar::Op(Op::Where), vec![keep, 2, c]),
+            )
+        }
+        Mask::Additive => {
+            operands.push(Access {
+                dtype: DType::F32,
+                axes: vec![space(nb), space(nb + 1)],
+            });
+            let m = push(&mut insts, Inst::Load(1));
+            push(&mut insts, Inst::Map(Scalar::Op(Op::Add), vec![2, m]))
+        }
+    };
+    let p = Program {
+        domain,
+        reduce: Vec::new(),
+        operands,
+        insts,
+        phases: Vec::new(),
+        outputs: vec![Output {
+            value: out,
+            access: Access {
+                dtype: DType::F32,
+                axes: (0..rank).map(space).collect(),
+            },
+        }],
+    };
+    p.check().expect("a valid score program");
+    p
+}
+
+/// `g = where(keep, ds, 0) · scale` (the backward of `score` for the masks that hide keys; an
+/// additive mask passes `ds` through).
+fn dscore(batch: &[usize], sq: usize, sk: usize, scale: f32, mask: Mask) -> Program {
+    let mut p = score(batch, sq, sk, scale, mask);
+    // the same structure with -inf replaced by 0 and no additive term
+    for inst in p.insts.iter_mut() {
+        if *inst == Inst::Const(f32::NEG_INFINITY.to_bits()) {
+            *inst = Inst::Const(0f32.to_bits());
+        }
+    }
+    if let Mask::Additive = mask {
+        p.outputs[0].value = 2;
+        p.operands.truncate(1);
+        p.insts.truncate(3);
+    }
+    p.check().expect("a valid dscore program");
+    p
+}
+
+struct Case {
+    batch: Vec<usize>,
+    sq: usize,
+    sk: usize,
+    d: usize,
+    dv: usize,
+    mask: Mask,
+    /// k and v shared by every head (broadcast over batch axis 1).
+    shared_kv: bool,
+}
+
+fn value(kg: &mut KernelGraph, name: &str, ty: TensorType) -> ValueId {
+    kg.values.push(KValue {
+        name: name.to_string(),
+        ty,
+        def: KDef::Input,
+    });
+    ValueId((kg.values.len() - 1) as u32)
+}
+
+/// Runs the case's kernel of `kind` on the GPU and in the interpreter and compares.
+fn check(case: &Case, kind: FlashKind) {
+    let scale = 1.0 / (case.d as f32).sqrt();
+    let f = |rows: usize, cols: usize, shared: bool| {
+        let mut s = case.batch.clone();
+        if shared {
+            s[1] = 1;
+        }
+        s.extend([rows, cols]);
+        TensorType::f32(s)
+    };
+    let mut kg = KernelGraph {
+        name: "flash".into(),
+        ..KernelGraph::default()
+    };
+    let q = value(&mut kg, "q", f(case.sq, case.d, false));
+    let k = value(&mut kg, "k", f(case.sk, case.d, case.shared_kv));
+    let v = value(&mut kg, "v", f(case.sk, case.dv, case.shared_kv));
+    let mut inputs = vec![q, k, v];
+    let backward = kind != FlashKind::Forward;
+    if backward {
+        inputs.push(value(&mut kg, "do", f(case.sq, case.dv, false)));
+        inputs.push(value(&mut kg, "lse", f(case.sq, 1, false)));
+        inputs.push(value(&mut kg, "delta", f(case.sq, 1, false)));
+    }
+    let spec = FlashSpec {
+        kind,
+        score: score(&case.batch, case.sq, case.sk, scale, case.mask),
+        dscore: backward.then(|| dscore(&case.batch, case.sq, case.sk, scale, case.mask)),
+    };
+    if let Mask::Additive = case.mask {
+        inputs.push(value(
+            &mut kg,
+            "bias",
+            TensorType::f32(vec![case.sq, case.sk]),
+        ));
+    }
+    let types: Vec<TensorType> = inputs.iter().map(|&i| kg.ty(i).clone()).collect();
+    let outs: Vec<ValueId> = spec
+        .output_types(&types)
+        .into_iter()
+        .enumerate()
+        .map(|(i, ty)| kg.add_value(format!("out{i}"), ty, 0, i))
+        .collect();
+    kg.nodes.push(KNode {
+        op: KernelOp::Flash(Box::new(spec)),
+        inputs,
+        outputs: outs.clone(),
+        sources: vec![],
+        rules: vec![],
+    });
+    kg.outputs = outs
+        .iter()
+        .map(|&o| (kg.name_of(o).to_string(), o))
+        .collect();
+
+    let mut rng = Rng::new(case.sq as u64 * 31 + case.d as u64);
+    let mut feed: HashMap<String, Tensor> = HashMap::new();
+    for v in &kg.values {
+        if v.def == KDef::Input {
+            let mut t = random_tensor(&mut rng, &v.ty, 1);
+            if v.name == "lse" {
+                // a plausible log-sum-exp: large enough that exp(s - L) stays below 1
+                for x in t.data.iter_mut() {
+                    *x = x.abs() + 2.0;
+                }
+            }
+            feed.insert(v.name.clone(), t);
+        }
+    }
+    let want = evaluate(&kg, &feed, &HashMap::new()).expect("the semantics evaluate");
+    let artifact = sinter_compiler::compile_kernel_graph(&kg, &sinter_compiler::Options::default())
+        .unwrap_or_else(|e| panic!("compile: {e}"));
+    let mut session = Session::load(artifact).unwrap_or_else(|e| panic!("load: {e}"));
+    let host: Vec<(String, HostTensor)> = feed
+        .iter()
+        .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
+        .collect();
+    let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
+    for (name, w) in &want.outputs {
+        let a = got.get(name).expect("output").to_interp();
+        let err = relative_error(&a.data, &w.data);
+        assert!(
+            err < 1e-4,
+            "{kind:?} {:?} {}x{} d={} dv={} batch {:?}: `{name}` differs by {err:e}\n got  {:?}\n want {:?}",
+            case.mask,
+            case.sq,
+            case.sk,
+            case.d,
+            case.dv,
+            case.batch,
+            &a.data[..a.data.len().min(12)],
+            &w.data[..w.data.len().min(12)]
+        );
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let c = |batch: Vec<usize>, sq, sk, d, dv, mask, shared_kv| Case {
+        batch,
+        sq,
+        sk,
+        d,
+        dv,
+        mask,
+        shared_kv,
+    };
+    vec![
+        c(vec![1, 2], 17, 17, 16, 16, Mask::None, false),
+        c(vec![2, 1], 100, 100, 64, 64, Mask::Causal, false),
+        c(vec![1, 2], 129, 129, 32, 48, Mask::Window(20), false),
+        c(vec![1, 1], 1, 1, 8, 8, Mask::Causal, false),
+        c(vec![1, 2], 33, 70, 24, 24, Mask::Additive, false),
+        c(vec![1, 3], 40, 40, 16, 16, Mask::Causal, true),
+        c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
+    ]
+}
+
+#[test]
+fn forward() {
+    for case in cases() {
+        check(&case, FlashKind::Forward);
+    }
+    // head dimension 256
+    check(
+        &Case {
+            batch: vec![1, 1],
+            sq: 20,
+            sk: 20,
+            d: 256,
+            dv: 256,
+            mask: Mask::Causal,
+            shared_kv: false,
+        },
+        FlashKind::Forward,
+    );
+}
+
+#[test]
+fn backward_dq() {
+    for case in cases() {
+        check(&case, FlashKind::BackwardDq);
+    }
+}
+
+#[test]
+fn backward_dkdv() {
+    for case in cases().into_iter().filter(|c| !c.shared_kv) {
+        check(&case, FlashKind::BackwardDkDv);
+    }
+}
