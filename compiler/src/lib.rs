@@ -206,9 +206,9 @@ pub fn compile_kernel_graph(
     kgraph: &kgraph::KernelGraph,
     options: &Options,
 ) -> Result<Artifact, CompileError> {
-    let sched = schedule::lower(kgraph, HashMap::new())?;
+    let sched = schedule::lower(kgraph, HashMap::new(), options)?;
     let mem = memory::plan(&sched, options.max_binding_size)?;
-    pack(kgraph, &sched, &mem, options)
+    pack(kgraph, &sched, &mem)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
