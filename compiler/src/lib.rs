@@ -87,6 +87,8 @@ pub struct Options {
     /// Keep the kernel graphs before and after optimization as Graphviz DOT text
     /// ([`Compiled::dot`]).
     pub dot: bool,
+    /// Which attention kernels the optimizer may choose (`--attention`).
+    pub attention: optimize::AttentionPolicy,
 }
 
 impl Default for Options {
@@ -98,6 +100,7 @@ impl Default for Options {
             matmul_split: None,
             optimize: true,
             dot: false,
+            attention: optimize::AttentionPolicy::Auto,
         }
     }
 }
@@ -162,7 +165,13 @@ fn run_passes(
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
     let unoptimized = kgraph::KernelGraph::from_graph(&graph);
     let (kgraph, report) = if options.optimize {
-        let (kg, report) = optimize::optimize(&graph);
+        let (kg, report) = optimize::optimize(
+            &graph,
+            &optimize::Config {
+                attention: options.attention,
+                max_binding: options.max_binding_size,
+            },
+        );
         dump(Pass::Optimize, &|| {
             format!("{report}\n{}", describe_kernel_graph(&kg))
         });

@@ -262,7 +262,7 @@ fn optimized_examples_keep_values() {
         let mut rng = Rng(0xe4a);
         let (feed, persistent) = inputs(&g, &mut rng);
         let want = interp(&g, &feed, &persistent).expect("the source evaluates");
-        let (kg, report) = sinter_compiler::optimize::optimize(&g);
+        let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
         assert!(
             kg.nodes.len() < g.nodes.len(),
             "{name}: nothing fused\n{report}"

@@ -1,7 +1,10 @@
-//! `sinter compile FILE.sir -o FILE.sart [--no-opt] [--max-binding-size BYTES] [--dump-after PASS …]`:
+//! `sinter compile FILE.sir -o FILE.sart [--no-opt] [--attention auto|flash|unfused]
+//! [--max-binding-size BYTES] [--dump-after PASS …]`:
 //! compile a program into an artifact, optionally printing what chosen passes produced.
 
 use std::path::PathBuf;
+
+use sinter_cli::flags::Attention;
 
 use clap::builder::PossibleValuesParser;
 use sinter_compiler::{Options, Pass};
@@ -30,6 +33,10 @@ pub struct Args {
     /// Skip the e-graph optimizer: every primitive becomes its own kernel.
     #[arg(long)]
     no_opt: bool,
+    /// Which attention kernels the optimizer may choose: `auto` (flash kernels where the cost
+    /// model finds them cheaper), `flash` (wherever an attention is found) or `unfused`.
+    #[arg(long, value_enum, default_value_t = Attention::Auto)]
+    attention: Attention,
     /// Write the kernel graph before and after optimization as Graphviz files
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
@@ -55,6 +62,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         dump_after,
         optimize: !args.no_opt,
         dot: args.dot.is_some(),
+        attention: args.attention.into(),
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

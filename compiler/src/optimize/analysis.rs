@@ -70,6 +70,20 @@ pub fn node_type(egraph: &Graph, enode: &ENode) -> TensorType {
             let out = &p.outputs[0].access;
             TensorType::new(out.dtype, shape_of(p, out))
         }
-        Head::Root => TensorType::scalar(DType::F32),
+        Head::Proj(i) => {
+            let flash = egraph[enode.kids[0]]
+                .nodes
+                .iter()
+                .find_map(|n| match &n.head {
+                    Head::Flash(spec) => Some((spec.clone(), n.kids.clone())),
+                    _ => None,
+                })
+                .expect("a projection of a flash node");
+            let types: Vec<TensorType> =
+                flash.1.iter().map(|&k| egraph[k].data.ty.clone()).collect();
+            flash.0.output_types(&types).swap_remove(*i as usize)
+        }
+        // a tuple: its results have their own types
+        Head::Root | Head::Flash(_) => TensorType::scalar(DType::F32),
     }
 }

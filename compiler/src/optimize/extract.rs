@@ -16,9 +16,13 @@
 //! (2) From the root, the chosen nodes form a DAG; reference counts say how many chosen nodes
 //! read each class. (3) Local improvement: for each chosen class, the alternative node with the
 //! most negative exact change of the DAG cost (its own cost, the classes it newly needs, minus
-//! the classes that nothing reads any more) replaces the chosen one; repeated while passes
-//! improve, within a time budget. Each pass is linear in the e-graph in practice, so extraction
-//! scales with the model.
+//! the classes that nothing reads any more) replaces the chosen one (a class newly needed takes
+//! its most fused node); repeated while passes improve. (4) Tuple moves: the results of one
+//! multi-result kernel (a flash dK/dV kernel) pay off only together, so for each tuple the
+//! classes that could take its results switch to it at once, kept if the whole cost drops;
+//! and the other way, the classes reading one attention's flash kernels all switch to their
+//! best nodes without flash kernels at once. (3) and (4) alternate while they improve, within a time budget. Each pass is linear in the
+//! e-graph in practice, so extraction scales with the model.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
@@ -39,6 +43,30 @@ pub const FLOPS_PER_NS: f64 = 30000.0;
 /// Matrix products, f32 operations per ns.
 pub const MATMUL_FLOPS_PER_NS: f64 = 25000.0;
 
+/// What extraction must respect beyond the cost model.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Flash kernels cost next to nothing, so extraction takes them wherever they exist.
+    pub force_flash: bool,
+    /// The largest tensor a kernel may store (a storage binding's limit): a node storing a
+    /// larger one costs [`INFEASIBLE_NS`], so that extraction takes one that does not (a flash
+    /// kernel instead of an `[S, S]` score matrix) wherever there is one.
+    pub max_binding: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            force_flash: false,
+            max_binding: u64::MAX,
+        }
+    }
+}
+
+/// The cost of a node whose result cannot be stored: finite, so that cost differences stay
+/// numbers, and larger than any real step.
+pub const INFEASIBLE_NS: f64 = 1e15;
+
 /// The chosen node of every needed class.
 pub struct Choice {
     pub node: HashMap<Id, ENode>,
@@ -55,7 +83,8 @@ fn bytes(g: &Graph, c: Id) -> f64 {
 pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
     let out = |g: &Graph| super::analysis::node_type(g, n).size_bytes() as f64;
     match &n.head {
-        Head::Leaf(_) | Head::Root => 0.0,
+        Head::Leaf(_) | Head::Root | Head::Proj(_) => 0.0,
+        Head::Flash(spec) => flash_cost(g, spec, &n.kids),
         Head::Kernel(p) => kernel_cost(g, p, &n.kids, out(g)),
         Head::MatmulEpilogue(p) => {
             let (a, b) = (&g[n.kids[0]].data.ty, &g[n.kids[1]].data.ty);
@@ -87,6 +116,33 @@ pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
             }
         }
     }
+}
+
+/// Products inside flash kernels, f32 operations per ns (counting the backward's recomputed
+/// products): measured on the H200 at 10.4 (`sinter-bench attention`, S = 4096, head dim 64).
+pub const FLASH_FLOPS_PER_NS: f64 = 10000.0;
+
+/// A flash kernel: a launch, its operands and results once, and its products (those of the
+/// blocks its mask leaves live) at the flash rate.
+fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
+    use crate::flash::FlashKind;
+    let types: Vec<sinter_ir::TensorType> = kids.iter().map(|&k| g[k].data.ty.clone()).collect();
+    let outs = spec.output_types(&types);
+    let bytes: f64 = types
+        .iter()
+        .chain(&outs)
+        .map(|t| t.size_bytes() as f64)
+        .sum();
+    let scores: f64 = spec.score.domain.iter().map(|&d| d as f64).product::<f64>()
+        * crate::flash::live_fraction(&spec.score, 64, 32);
+    let (q, v) = (&types[0], &types[2]);
+    let (d, dv) = (q.shape[q.rank() - 1] as f64, v.shape[v.rank() - 1] as f64);
+    let products = match spec.kind {
+        FlashKind::Forward => d + dv,
+        FlashKind::BackwardDq => d + 2.0 * dv,
+        FlashKind::BackwardDkDv => 2.0 * d + 2.0 * dv,
+    };
+    LAUNCH_NS + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS
 }
 
 fn matmul_cost(g: &Graph, n: &ENode, a: &sinter_ir::TensorType, b: &sinter_ir::TensorType) -> f64 {
@@ -157,6 +213,8 @@ fn kernel_cost(g: &Graph, p: &Program, kids: &[Id], out_bytes: f64) -> f64 {
 /// and lets local moves store values where that is cheaper.
 fn fusion_size(n: &ENode) -> usize {
     match &n.head {
+        // a flash kernel's result: the most fused of all
+        Head::Proj(_) => 200_000,
         Head::MatmulEpilogue(p) => 100_000 + p.insts.len(),
         Head::Op(Op::Matmul, _) => 100_000,
         Head::Kernel(p) => 1 + p.insts.len(),
@@ -173,6 +231,7 @@ pub fn extract(
     level: &HashMap<Id, u64>,
     previous: Option<&HashMap<Id, ENode>>,
     budget: Duration,
+    settings: Settings,
 ) -> Choice {
     let start = Instant::now();
     let lvl = |c: Id| level.get(&g.find(c)).copied().unwrap_or(u64::MAX);
@@ -206,7 +265,17 @@ pub fn extract(
             {
                 continue;
             }
-            let cost = node_cost(g, n);
+            let cost = match n.head {
+                // a thousandth: cheaper than any alternative, still worth sharing
+                Head::Flash(_) if settings.force_flash => 1e-3 * node_cost(g, n),
+                Head::Kernel(_) | Head::MatmulEpilogue(_) | Head::Op(..)
+                    if g[c].data.ty.size_bytes() as u64 > settings.max_binding
+                        && node_cost(g, n) > 0.0 =>
+                {
+                    INFEASIBLE_NS
+                }
+                _ => node_cost(g, n),
+            };
             own.insert((c, i), cost);
             let is_prev = prev.is_some_and(|p| {
                 p.head == n.head && p.kids.iter().zip(&n.kids).all(|(&a, &b)| a == g.find(b))
@@ -218,6 +287,27 @@ pub fn extract(
             }
         }
     }
+    // the same without flash kernels: what the classes of an attention take when a move
+    // drops its flash kernels
+    let mut plain: HashMap<Id, (f64, usize)> = HashMap::default();
+    let mut plain_rank: HashMap<Id, (usize, f64)> = HashMap::default();
+    for &c in &classes {
+        for (i, n) in g[c].nodes.iter().enumerate() {
+            if matches!(n.head, Head::Proj(_) | Head::Flash(_))
+                || n.kids.iter().any(|&k| !plain.contains_key(&g.find(k)))
+            {
+                continue;
+            }
+            let Some(&cost) = own.get(&(c, i)) else {
+                continue;
+            };
+            let r = (fusion_size(n), -cost);
+            if plain_rank.get(&c).is_none_or(|old| r > *old) {
+                plain_rank.insert(c, r);
+                plain.insert(c, (cost, i));
+            }
+        }
+    }
     let mut chosen: HashMap<Id, usize> = HashMap::default();
     let mut refs: HashMap<Id, usize> = HashMap::default();
     let root = g.find(root);
@@ -226,36 +316,129 @@ pub fn extract(
     let cost_of =
         |c: Id, i: usize, own: &HashMap<(Id, usize), f64>| own.get(&(c, i)).copied().unwrap_or(0.0);
 
-    // local improvement: each pass gives every chosen class its best single swap
-    for _pass in 0..6 {
-        let mut improved = false;
-        let mut order: Vec<Id> = chosen.keys().copied().collect();
-        order.sort_by_key(|&c| std::cmp::Reverse((lvl(c), c)));
-        for c in order {
+    // the projections of each tuple (a flash kernel's results), for moves that switch every
+    // class reading some tuple to another tuple at once
+    let mut projections: HashMap<Id, Vec<(Id, usize)>> = HashMap::default();
+    for &c in &classes {
+        for (i, n) in g[c].nodes.iter().enumerate() {
+            if matches!(n.head, Head::Proj(_)) && own.contains_key(&(c, i)) {
+                projections
+                    .entry(g.find(n.kids[0]))
+                    .or_default()
+                    .push((c, i));
+            }
+        }
+    }
+    let total = |chosen: &HashMap<Id, usize>| -> f64 {
+        chosen.iter().map(|(&c, &i)| cost_of(c, i, &own)).sum()
+    };
+    for _round in 0..4 {
+        // local improvement: each pass gives every chosen class its best single swap
+        for _pass in 0..6 {
+            let mut improved = false;
+            let mut order: Vec<Id> = chosen.keys().copied().collect();
+            order.sort_by_key(|&c| std::cmp::Reverse((lvl(c), c)));
+            for c in order {
+                if start.elapsed() > budget {
+                    break;
+                }
+                let Some(&cur) = chosen.get(&c) else { continue };
+                let mut pick: Option<(f64, usize)> = None;
+                for i in 0..g[c].nodes.len() {
+                    if i == cur || !own.contains_key(&(c, i)) {
+                        continue;
+                    }
+                    let delta = swap_delta(g, &best, &chosen, &refs, &own, c, cur, i);
+                    if delta < -1e-3 && pick.is_none_or(|(d, _)| delta < d) {
+                        pick = Some((delta, i));
+                    }
+                }
+                if let Some((_, i)) = pick {
+                    apply_swap(g, &best, &mut chosen, &mut refs, c, cur, i);
+                    improved = true;
+                }
+            }
+            if !improved || start.elapsed() > budget {
+                break;
+            }
+        }
+        // tuple moves: one kernel's results are worth taking only all together (dK and dV
+        // from one dK/dV kernel), which no single swap sees
+        let mut moved = false;
+        let mut tuples: Vec<&Id> = projections.keys().collect();
+        tuples.sort();
+        for t in tuples {
             if start.elapsed() > budget {
                 break;
             }
-            let Some(&cur) = chosen.get(&c) else { continue };
-            let mut pick: Option<(f64, usize)> = None;
-            for i in 0..g[c].nodes.len() {
-                if i == cur || !own.contains_key(&(c, i)) {
-                    continue;
-                }
-                let delta = swap_delta(g, &best, &chosen, &refs, &own, c, cur, i);
-                if delta < -1e-3 && pick.is_none_or(|(d, _)| delta < d) {
-                    pick = Some((delta, i));
+            let members: Vec<(Id, usize)> = projections[t]
+                .iter()
+                .copied()
+                .filter(|&(c, i)| chosen.get(&c).is_some_and(|&cur| cur != i))
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let before = total(&chosen);
+            let (saved_chosen, saved_refs) = (chosen.clone(), refs.clone());
+            for &(c, i) in &members {
+                if let Some(&cur) = chosen.get(&c) {
+                    apply_swap(g, &best, &mut chosen, &mut refs, c, cur, i);
                 }
             }
-            if let Some((_, i)) = pick {
-                apply_swap(g, &best, &mut chosen, &mut refs, c, cur, i);
-                improved = true;
+            if total(&chosen) < before - 1e-3 {
+                moved = true;
+            } else {
+                (chosen, refs) = (saved_chosen, saved_refs);
             }
         }
-        if !improved || start.elapsed() > budget {
+        // attention moves: an attention's flash kernels (those reading its q and k) pay off
+        // only together, against the unfused products together; drop them all at once
+        let mut groups: HashMap<(Id, Id), Vec<(Id, usize)>> = HashMap::default();
+        for (&c, &i) in &chosen {
+            let n = &g[c].nodes[i];
+            if let Head::Proj(_) = n.head {
+                let t = g.find(n.kids[0]);
+                if let Some(&ti) = chosen.get(&t) {
+                    let tn = &g[t].nodes[ti];
+                    groups
+                        .entry((g.find(tn.kids[0]), g.find(tn.kids[1])))
+                        .or_default()
+                        .push((c, i));
+                }
+            }
+        }
+        let mut keys: Vec<(Id, Id)> = groups.keys().copied().collect();
+        keys.sort();
+        for key in keys {
+            if start.elapsed() > budget {
+                break;
+            }
+            let members = &groups[&key];
+            if members.iter().any(|(c, _)| !plain.contains_key(c)) {
+                continue;
+            }
+            let before = total(&chosen);
+            let (saved_chosen, saved_refs) = (chosen.clone(), refs.clone());
+            for &(c, i) in members {
+                if chosen.get(&c) == Some(&i) {
+                    apply_swap(g, &plain, &mut chosen, &mut refs, c, i, plain[&c].1);
+                }
+            }
+            if total(&chosen) < before - 1e-3 {
+                moved = true;
+            } else {
+                (chosen, refs) = (saved_chosen, saved_refs);
+            }
+        }
+        if !moved || start.elapsed() > budget {
             break;
         }
     }
-    let cost = chosen.iter().map(|(&c, &i)| cost_of(c, i, &own)).sum();
+    let cost = chosen
+        .iter()
+        .map(|(&c, &i)| node_cost(g, &g[c].nodes[i]))
+        .sum();
     Choice {
         node: chosen
             .into_iter()

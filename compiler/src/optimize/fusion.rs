@@ -116,7 +116,7 @@ pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> 
                 _ => None,
             }
         }
-        Head::Leaf(_) | Head::MatmulEpilogue(_) | Head::Root => None,
+        _ => None,
     }
 }
 
@@ -303,7 +303,7 @@ fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
             );
             (as_consumer || (!consumer && as_producer)).then_some(1 + node.kids.len())
         }
-        Head::Leaf(_) | Head::MatmulEpilogue(_) | Head::Root => None,
+        _ => None,
     }
 }
 

@@ -85,6 +85,11 @@ pub enum Head {
     /// epilogue program before it is stored: the program's operand 0 is the product, its
     /// operand `i > 0` is child `i + 1`.
     MatmulEpilogue(Interned<Program>),
+    /// A flash attention kernel (see [`crate::flash`]); its class is a tuple of its results,
+    /// which [`Head::Proj`] nodes take apart.
+    Flash(Interned<crate::flash::FlashSpec>),
+    /// Result `i` of the multi-result node in the one child class.
+    Proj(u8),
     /// The graph's outputs and assign sources, in order.
     Root,
 }
@@ -96,6 +101,8 @@ pub enum Kind {
     Op(Op),
     Kernel,
     MatmulEpilogue,
+    Flash,
+    Proj,
     Root,
 }
 
@@ -149,6 +156,8 @@ impl Language for ENode {
             Head::Op(op, _) => Kind::Op(*op),
             Head::Kernel(_) => Kind::Kernel,
             Head::MatmulEpilogue(_) => Kind::MatmulEpilogue,
+            Head::Flash(_) => Kind::Flash,
+            Head::Proj(_) => Kind::Proj,
             Head::Root => Kind::Root,
         }
     }
@@ -208,6 +217,8 @@ impl fmt::Display for ENode {
             }
             Head::Kernel(p) => write!(f, "kernel[{}]", p.pattern()),
             Head::MatmulEpilogue(_) => write!(f, "matmul_epilogue"),
+            Head::Flash(spec) => write!(f, "{}", spec.pattern()),
+            Head::Proj(i) => write!(f, "result {i}"),
             Head::Root => write!(f, "root"),
         }
     }

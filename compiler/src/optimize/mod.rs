@@ -16,6 +16,7 @@
 //! The result is a [`KernelGraph`] for lowering. `--no-opt` skips this pass.
 
 pub mod analysis;
+pub mod attention;
 pub mod extract;
 pub mod fusion;
 pub mod lang;
@@ -128,8 +129,37 @@ pub fn default_limits(graph_nodes: usize) -> (Limits, Limits) {
     (algebra, fusion)
 }
 
+/// Which attention kernels the optimizer may choose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionPolicy {
+    /// Flash kernels where the cost model finds them cheaper than the unfused products.
+    #[default]
+    Auto,
+    /// Flash kernels wherever the rules find an attention.
+    Flash,
+    /// No flash kernels: the attention rules do not run.
+    Unfused,
+}
+
+/// What the optimizer may do.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub attention: AttentionPolicy,
+    /// The largest tensor a kernel may store, in bytes (the arena's binding limit).
+    pub max_binding: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            attention: AttentionPolicy::Auto,
+            max_binding: u64::MAX,
+        }
+    }
+}
+
 /// Optimizes a decomposed graph (see the module docs).
-pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
+pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     let start = Instant::now();
     let mut report = Report::default();
     let mut phase = Instant::now();
@@ -146,6 +176,9 @@ pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
     lap(&mut report, "build");
     let mut rules = rules::algebra();
     rules.extend(rules::layout());
+    if config.attention != AttentionPolicy::Unfused {
+        rules.extend(attention::rules());
+    }
     let state = std::sync::Arc::new(fusion::State::default());
     for (name, set, limits) in [
         ("algebra+layout", rules, algebra_limits),
@@ -157,7 +190,11 @@ pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
         report.sets.push(set);
         lap(&mut report, name);
     }
-    let choice = extract_round(&built, g, None);
+    let settings = extract::Settings {
+        force_flash: config.attention == AttentionPolicy::Flash,
+        max_binding: config.max_binding,
+    };
+    let choice = extract_round(&built, g, None, settings);
     lap(&mut report, "extraction");
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
@@ -169,7 +206,7 @@ pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
     report.sets.push(set);
     built.egraph = egraph;
     lap(&mut report, name);
-    let choice = extract_round(&built, g, Some(&choice.node));
+    let choice = extract_round(&built, g, Some(&choice.node), settings);
     lap(&mut report, "extraction");
     report.cost_after = choice.cost;
     report.egraph_nodes = built.egraph.total_number_of_nodes();
@@ -182,10 +219,22 @@ pub fn optimize(g: &Graph) -> (KernelGraph, Report) {
     (kg, report)
 }
 
-fn extract_round(b: &Built, g: &Graph, previous: Option<&HashMap<Id, ENode>>) -> extract::Choice {
+fn extract_round(
+    b: &Built,
+    g: &Graph,
+    previous: Option<&HashMap<Id, ENode>>,
+    settings: extract::Settings,
+) -> extract::Choice {
     let levels = levels(b, g);
     let root = b.egraph.find(b.root);
-    extract::extract(&b.egraph, root, &levels, previous, Duration::from_secs(2))
+    extract::extract(
+        &b.egraph,
+        root,
+        &levels,
+        previous,
+        Duration::from_secs(2),
+        settings,
+    )
 }
 
 /// The classes an extraction stores: those computed by a kernel (not views, literals or
@@ -362,7 +411,103 @@ fn levels(b: &Built, g: &Graph) -> HashMap<Id, u64> {
             break;
         }
     }
-    level
+    relevel(eg, level)
+}
+
+/// Most violators that [`relevel`] tries to admit (each costs a search of the class graph).
+const RELEVEL_TRIES: usize = 512;
+
+/// Reorders the levels so that nodes whose operands sit too high become choosable where that
+/// keeps every choice acyclic. A flash kernel's tuple, for instance, reads the row sums
+/// `rowsum(dO ∘ O)`, which the source computes after `dV = Pᵀ·dO`; the class of `dV` may still
+/// take the tuple's projection, since nothing the tuple reads depends on `dV`.
+///
+/// Every node choosable under `level` stays choosable: its operands must precede its class.
+/// Each violator in turn adds its own edges if no cycle results; a topological sort of the
+/// classes under all these edges, ties broken by the old level, gives the new levels.
+fn relevel(eg: &analysis::Graph, level: HashMap<Id, u64>) -> HashMap<Id, u64> {
+    let lvl = |c: Id| level.get(&eg.find(c)).copied();
+    // dependents[k]: the classes that must come after k
+    let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
+    let mut violators: Vec<(Id, Vec<Id>)> = Vec::new();
+    for class in eg.classes() {
+        let Some(lc) = level.get(&class.id).copied() else {
+            continue;
+        };
+        for n in &class.nodes {
+            let kids: Option<Vec<(Id, u64)>> = n
+                .kids
+                .iter()
+                .map(|&k| lvl(k).map(|l| (eg.find(k), l)))
+                .collect();
+            let Some(kids) = kids else { continue };
+            if kids.iter().all(|&(_, l)| l < lc) {
+                for (k, _) in kids {
+                    dependents.entry(k).or_default().push(class.id);
+                }
+            } else if kids.iter().all(|&(k, _)| k != class.id) {
+                violators.push((class.id, kids.into_iter().map(|(k, _)| k).collect()));
+            }
+        }
+    }
+    if violators.is_empty() {
+        return level;
+    }
+    // flash projections first: they are what this is for
+    violators.sort_by_key(|(c, _)| {
+        let proj = eg[*c].nodes.iter().any(|n| matches!(n.head, Head::Proj(_)));
+        (!proj, level[c], *c)
+    });
+    let mut admitted = 0;
+    for (c, kids) in violators.into_iter().take(RELEVEL_TRIES) {
+        // a cycle iff some operand already (transitively) comes after `c`
+        let mut seen: HashSet<Id> = HashSet::default();
+        let mut stack = vec![c];
+        let mut cycle = false;
+        while let Some(x) = stack.pop() {
+            if kids.contains(&x) {
+                cycle = true;
+                break;
+            }
+            if seen.insert(x) {
+                stack.extend(dependents.get(&x).into_iter().flatten().copied());
+            }
+        }
+        if !cycle {
+            for k in kids {
+                dependents.entry(k).or_default().push(c);
+            }
+            admitted += 1;
+        }
+    }
+    if admitted == 0 {
+        return level;
+    }
+    // Kahn's algorithm, lowest old level first
+    let mut indegree: HashMap<Id, usize> = level.keys().map(|&c| (c, 0)).collect();
+    for ds in dependents.values() {
+        for d in ds {
+            *indegree.get_mut(d).expect("a levelled class") += 1;
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, Id)>> = indegree
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(&c, _)| std::cmp::Reverse((level[&c], c)))
+        .collect();
+    let mut out: HashMap<Id, u64> = HashMap::default();
+    while let Some(std::cmp::Reverse((_, c))) = ready.pop() {
+        out.insert(c, out.len() as u64 + 1);
+        for &d in dependents.get(&c).into_iter().flatten() {
+            let n = indegree.get_mut(&d).expect("a levelled class");
+            *n -= 1;
+            if *n == 0 {
+                ready.push(std::cmp::Reverse((level[&d], d)));
+            }
+        }
+    }
+    debug_assert_eq!(out.len(), level.len(), "the admitted edges are acyclic");
+    out
 }
 
 /// The kernel graph of an extraction: chosen nodes in dependency order.
@@ -422,22 +567,68 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
         }
     }
     let sources = SourceOps::new(b, g, choice);
+    let fresh_name = |c: Option<Id>, kg: &KernelGraph, used: &mut HashSet<String>| {
+        let name = match c.and_then(|c| name_of.get(&c)) {
+            Some(n) if !used.contains(*n) => n.to_string(),
+            _ => (kg.values.len()..)
+                .map(|i| format!("_k{i}"))
+                .find(|n| !used.contains(n) && g.lookup(n).is_none())
+                .expect("a free name"),
+        };
+        used.insert(name.clone());
+        name
+    };
+    // the classes that take each result of a tuple (a flash node), for naming its results
+    let mut takes: HashMap<(Id, u8), Id> = HashMap::default();
+    for (&c, n) in &choice.node {
+        if let Head::Proj(i) = n.head {
+            takes.insert((eg.find(n.kids[0]), i), c);
+        }
+    }
+    // a tuple's results, by index
+    let mut results: HashMap<Id, Vec<ValueId>> = HashMap::default();
     for c in order {
         if c == root || value_of.contains_key(&c) {
             continue;
         }
         let node = &choice.node[&c];
+        if let Head::Proj(i) = node.head {
+            let tuple = eg.find(node.kids[0]);
+            value_of.insert(c, results[&tuple][i as usize]);
+            continue;
+        }
         let inputs: Vec<ValueId> = node.kids.iter().map(|&k| value_of[&eg.find(k)]).collect();
-        let ty = eg[c].data.ty.clone();
-        let name = match name_of.get(&c) {
-            Some(n) if !used_names.contains(*n) => n.to_string(),
-            _ => (kg.values.len()..)
-                .map(|i| format!("_k{i}"))
-                .find(|n| !used_names.contains(n) && g.lookup(n).is_none())
-                .expect("a free name"),
-        };
-        used_names.insert(name.clone());
         let index = kg.nodes.len();
+        if let Head::Flash(spec) = &node.head {
+            let types: Vec<sinter_ir::TensorType> =
+                inputs.iter().map(|&v| kg.ty(v).clone()).collect();
+            let mut outs = Vec::new();
+            for (i, ty) in spec.output_types(&types).into_iter().enumerate() {
+                let name = fresh_name(takes.get(&(c, i as u8)).copied(), &kg, &mut used_names);
+                outs.push(kg.add_value(name, ty, index, i));
+            }
+            let sources: Vec<String> = takes
+                .iter()
+                .filter(|((t, _), _)| *t == c)
+                .flat_map(|(_, &pc)| sources.absorbed(pc, &node.kids))
+                .collect::<BTreeSet<String>>()
+                .into_iter()
+                .collect();
+            kg.nodes.push(KNode {
+                op: KernelOp::Flash(Box::new((**spec).clone())),
+                inputs,
+                outputs: outs.clone(),
+                sources,
+                rules: vec![match spec.kind {
+                    crate::flash::FlashKind::Forward => "flash-attention-forward".to_string(),
+                    _ => "flash-attention-backward".to_string(),
+                }],
+            });
+            results.insert(c, outs);
+            continue;
+        }
+        let ty = eg[c].data.ty.clone();
+        let name = fresh_name(Some(c), &kg, &mut used_names);
         let out = kg.add_value(name.clone(), ty, index, 0);
         let (op, absorbed) = match &node.head {
             Head::Op(op, attrs) => (
@@ -452,7 +643,9 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
                 KernelOp::MatmulEpilogue(Box::new((**p).clone())),
                 sources.absorbed(c, &node.kids),
             ),
-            Head::Leaf(_) | Head::Root => unreachable!("leaves and the root are not kernels"),
+            Head::Leaf(_) | Head::Root | Head::Flash(_) | Head::Proj(_) => {
+                unreachable!("leaves, the root and tuples are not single-result kernels")
+            }
         };
         // each inline absorbs one source op; an epilogue starts from the product and one consumer
         let inlined =
@@ -678,6 +871,7 @@ pub fn explore(g: &Graph, fusion: bool) -> Exploration<'_> {
     let mut sets = Vec::new();
     let mut rules = rules::algebra();
     rules.extend(rules::layout());
+    rules.extend(attention::rules());
     let mut plan = vec![("algebra+layout", rules, algebra_limits)];
     if fusion {
         let state = std::sync::Arc::new(fusion::State::default());
@@ -719,7 +913,14 @@ impl Exploration<'_> {
         let original: HashMap<Id, ENode> = original_choice(b).into_iter().collect();
         let root = eg.find(b.root);
         // the source's own nodes where they are acyclic, some node elsewhere
-        let default = extract::extract(eg, root, &levels, Some(&original), Duration::ZERO);
+        let default = extract::extract(
+            eg,
+            root,
+            &levels,
+            Some(&original),
+            Duration::ZERO,
+            extract::Settings::default(),
+        );
         let mut out = vec![(
             "the source's nodes".to_string(),
             to_kernel_graph(b, self.source, &default),
@@ -734,7 +935,14 @@ impl Exploration<'_> {
                 }
                 let mut prev = original.clone();
                 prev.insert(class.id, n.clone());
-                let choice = extract::extract(eg, root, &levels, Some(&prev), Duration::ZERO);
+                let choice = extract::extract(
+                    eg,
+                    root,
+                    &levels,
+                    Some(&prev),
+                    Duration::ZERO,
+                    extract::Settings::default(),
+                );
                 if choice.node.get(&class.id) != Some(n) {
                     continue; // not reachable from the outputs, or not acyclic here
                 }

@@ -106,7 +106,7 @@ impl Applier<ENode, Types> for Computed {
     }
 }
 
-fn computed(name: &str, op: Op, build: fn(&mut Graph, &ENode) -> Option<Id>) -> Rule {
+pub(super) fn computed(name: &str, op: Op, build: fn(&mut Graph, &ENode) -> Option<Id>) -> Rule {
     Rewrite::new(name, Computed { op, build }, Computed { op, build }).expect("a valid rule")
 }
 

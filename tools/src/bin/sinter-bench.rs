@@ -10,6 +10,9 @@
 //!   per-kernel profile table of one graph (kernel, pattern, dispatches, median ms, % of the run),
 //!   to find the hot kernels. Inputs not given are random.
 //!
+//! - `sinter-bench attention [--seq 512,1024,2048,4096] [--batch 4] [--heads 12] [--head-dim 64]
+//!   [--causal] [--policies flash,unfused,auto]`: an attention's forward and backward, once per
+//!   `--attention` policy, the results checked against the first policy's (see `bench/attention.rs`).
 //! - `sinter-bench scaling [--nodes 10000]`: compile time of generated programs at N and 4N
 //!   nodes (a chain of relus, a training step through a chain); fails when 4N takes more than
 //!   `--max-ratio` (8) times as long as N, which a quadratic pass would.
@@ -25,6 +28,8 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
+#[path = "bench/attention.rs"]
+mod attention;
 #[path = "bench/scaling.rs"]
 mod scaling;
 use sinter_compiler::codegen::matmul::Tile;
@@ -63,6 +68,9 @@ enum Command {
     Gpt(GptArgs),
     /// Compile time at N and 4N nodes; fails when a pass scales worse than n log n.
     Scaling(scaling::ScalingArgs),
+    /// An attention's forward and backward per sequence length, once per attention policy
+    /// (flash kernels, unfused, the cost model's pick), results checked against each other.
+    Attention(attention::AttentionArgs),
 }
 
 #[derive(clap::Args)]
@@ -88,6 +96,9 @@ struct GptArgs {
     /// Compile without the e-graph optimizer.
     #[arg(long)]
     no_opt: bool,
+    /// Which attention kernels the optimizer may choose (as `sinter compile --attention`).
+    #[arg(long, value_enum, default_value_t = sinter_cli::flags::Attention::Auto)]
+    attention: sinter_cli::flags::Attention,
     /// Only generate and compile (no GPU): compile time and kernel counts.
     #[arg(long)]
     compile_only: bool,
@@ -171,6 +182,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args, &out),
         Command::Gpt(args) => gpt(args, &out),
         Command::Scaling(args) => scaling::scaling(args, &out),
+        Command::Attention(args) => attention::attention(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -830,6 +842,7 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         sinter_ir::text::parse(&src).map_err(|d| Failure::Error(d.render("gpt.sir", &src)))?;
     let mut options = sinter_compiler::Options {
         optimize: !args.no_opt,
+        attention: args.attention.into(),
         ..Default::default()
     };
     if let Some(bytes) = args.max_binding {
@@ -842,10 +855,12 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         .as_ref()
         .map_or(0.0, |r| r.total_time.as_secs_f64());
     let artifact = compiled.artifact;
-    let impl_name = if args.no_opt {
-        "sinter-no-opt"
-    } else {
-        "sinter"
+    use sinter_cli::flags::Attention;
+    let impl_name = match (args.no_opt, args.attention) {
+        (true, _) => "sinter-no-opt",
+        (false, Attention::Auto) => "sinter",
+        (false, Attention::Flash) => "sinter-flash",
+        (false, Attention::Unfused) => "sinter-unfused",
     };
     out.table(&format!(
         "# gpt {}x{} ({} heads, context {}, batch {}, vocab {}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",
