@@ -77,8 +77,12 @@ pub struct Options {
     /// Passes to dump (see [`Compiled::dumps`]).
     pub dump_after: Vec<Pass>,
     /// Forces one block shape on every matmul (for tuning); by default the shape is chosen
-    /// from the output's size.
+    /// from the product's shape ([`codegen::matmul::choose`]).
     pub matmul_tile: Option<codegen::matmul::Tile>,
+    /// Forces the number of K chunks (split-K) of every matmul, 1 for none (for tuning and
+    /// tests); a count that does not divide K becomes the largest one below it that does. By
+    /// default it is chosen with the block shape.
+    pub matmul_split: Option<usize>,
     /// Run the e-graph optimizer (`--no-opt` turns it off).
     pub optimize: bool,
     /// Keep the kernel graphs before and after optimization as Graphviz DOT text
@@ -94,6 +98,7 @@ impl Default for Options {
             max_binding_size: DEFAULT_MAX_BINDING,
             dump_after: Vec::new(),
             matmul_tile: None,
+            matmul_split: None,
             optimize: true,
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
@@ -178,11 +183,11 @@ fn run_passes(
     } else {
         (unoptimized.clone(), None)
     };
-    let sched = schedule::lower(&kgraph, bounds.clone())?;
+    let sched = schedule::lower(&kgraph, bounds.clone(), options)?;
     let summary = match &report {
         Some(r) => Some(optimizer_summary(
             r,
-            &schedule::lower(&unoptimized, bounds)?,
+            &schedule::lower(&unoptimized, bounds, options)?,
             &sched,
         )),
         None => None,
@@ -190,7 +195,7 @@ fn run_passes(
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let mut artifact = pack(&kgraph, &sched, &mem, options)?;
+    let mut artifact = pack(&kgraph, &sched, &mem)?;
     for slot in &mut artifact.tensors {
         if let (Some(c), Role::Input | Role::Param | Role::State) =
             (contracts.get(&slot.name), slot.role)
@@ -222,9 +227,9 @@ pub fn compile_kernel_graph(
     kgraph: &kgraph::KernelGraph,
     options: &Options,
 ) -> Result<Artifact, CompileError> {
-    let sched = schedule::lower(kgraph, HashMap::new())?;
+    let sched = schedule::lower(kgraph, HashMap::new(), options)?;
     let mem = memory::plan(&sched, options.max_binding_size)?;
-    pack(kgraph, &sched, &mem, options)
+    pack(kgraph, &sched, &mem)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
@@ -295,7 +300,6 @@ fn pack(
     graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
-    options: &Options,
 ) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
@@ -309,7 +313,7 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem, options)?;
+        let src = codegen::emit(&step.plan, mem)?;
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];
