@@ -625,7 +625,7 @@ impl Lowering<'_> {
             matmul::choose(batch.iter().product(), m, n, k, self.matmul_tile, splits)
         };
         let (mut tile, mut splits) = choose(self.matmul_split);
-        let partial_bytes = splits * out_view.numel() * 4;
+        let partial_bytes = splits * out_view.numel() * DType::F32.size_bytes();
         if splits > 1 && partial_bytes as u64 > self.max_binding {
             // the partials would not fit in one binding: unsplit
             (tile, splits) = choose(Some(1));

@@ -258,6 +258,11 @@ const NOT_SIZES: &[(&str, &str, &str)] = &[
     ("compiler/src/codegen/matmul.rs", "r / 4", "vec4 quad index"),
     (
         "compiler/src/codegen/matmul.rs",
+        "if vec { n / 4 }",
+        "vec4 quads per staging loop",
+    ),
+    (
+        "compiler/src/codegen/matmul.rs",
         "sa / 4, sb / 4",
         "vec4 quads per padded row of workgroup memory",
     ),

@@ -198,7 +198,7 @@ fn estimate(model: &Model, batch: usize, m: usize, n: usize, k: usize, splits: u
     if splits == 1 {
         return product;
     }
-    let sum_bytes = ((splits + 1) * batch * m * n * 4) as f64;
+    let sum_bytes = ((splits + 1) * batch * m * n) as f64 * WORD_BYTES as f64;
     product * model.split_penalty + sum_bytes / SUM_BYTES_PER_NS + 2e3
 }
 
@@ -223,7 +223,9 @@ pub fn choose(
             .into_iter()
             .filter(|&s| {
                 s == 1
-                    || (divides(s) && k / s >= MIN_CHUNK && s * batch * m * n * 4 <= MAX_PARTIALS)
+                    || (divides(s)
+                        && k / s >= MIN_CHUNK
+                        && s * batch * m * n * WORD_BYTES as usize <= MAX_PARTIALS)
             })
             .collect(),
     };

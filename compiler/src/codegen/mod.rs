@@ -153,7 +153,7 @@ impl Emitter<'_> {
     /// The element offset in its arena of element `offset` of `buffer` (what [`Emitter::base`]
     /// puts in the param block), for alignment checks at compile time.
     pub fn element_start(&self, buffer: BufferId, offset: usize) -> usize {
-        self.mem.placements[buffer.0 as usize].offset as usize / 4 + offset
+        self.mem.placements[buffer.0 as usize].offset as usize / WORD_BYTES as usize + offset
     }
 
     /// The arena binding slot (0-based, after the param block) that holds `buffer`.
