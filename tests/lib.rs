@@ -2,6 +2,9 @@
 //! differential check that runs a program through the reference interpreter and through the
 //! compiled artifact on the GPU and compares every output.
 
+pub mod fuzz_targets;
+pub mod random_program;
+
 use std::collections::HashMap;
 
 use sinter_ir::interp::{Tensor, evaluate};
@@ -42,6 +45,11 @@ impl Rng {
 
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 

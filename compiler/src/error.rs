@@ -24,6 +24,10 @@ pub enum CompileError {
     KernelLimit { kernel: &'static str, what: String },
     #[error("internal compiler error: kernel `{kernel}` is not valid WGSL:\n{diagnostic}")]
     InvalidWgsl { kernel: String, diagnostic: String },
+    /// A value an op restricts (an index, a step count) that neither a known range nor a
+    /// run-time check of an input, param or state covers.
+    #[error("{what}\n  = help: {help}")]
+    Unproven { what: String, help: String },
     #[error(transparent)]
     Autodiff(#[from] crate::autodiff::AutodiffError),
     #[error("internal compiler error: {0}")]

@@ -6,6 +6,7 @@
 //! dispatches of the same structure share one shader.
 
 pub use crate::codegen::fused::FusedKernel;
+use crate::codegen::matmul::Tile;
 use crate::layout::View;
 
 /// Batched matrix product `out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`.
@@ -21,6 +22,20 @@ pub struct Matmul {
     pub out: View,
     /// An elementwise program applied to each product element before it is stored (its
     /// operand 0 is the product).
+    pub epilogue: Option<FusedKernel>,
+    /// The block shape (chosen by lowering, [`crate::codegen::matmul::choose`]).
+    pub tile: Tile,
+}
+
+/// The second pass of a split-K matmul ([`Matmul`] over K chunks):
+/// `out[.., m, n] = epilogue(sum over s of partials[s, .., m, n])`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitSum {
+    /// The chunks' partial products, a contiguous `[splits, .., m, n]` buffer.
+    pub partials: View,
+    /// `[.., m, n]`.
+    pub out: View,
+    /// As [`Matmul::epilogue`]: operand 0 is the summed product.
     pub epilogue: Option<FusedKernel>,
 }
 
@@ -132,6 +147,7 @@ pub enum KernelPlan {
     /// A fused kernel program (elementwise maps, reductions, row kernels).
     Fused(FusedKernel),
     Matmul(Matmul),
+    SplitSum(SplitSum),
     Conv2d(Conv2d),
     Pool2d(Pool2d),
     Gather(Gather),
@@ -149,6 +165,8 @@ impl KernelPlan {
             KernelPlan::Fused(f) => f.program.pattern(),
             KernelPlan::Matmul(m) if m.epilogue.is_some() => "matmul_epilogue",
             KernelPlan::Matmul(_) => "matmul",
+            KernelPlan::SplitSum(s) if s.epilogue.is_some() => "splitk_sum_epilogue",
+            KernelPlan::SplitSum(_) => "splitk_sum",
             KernelPlan::Conv2d(_) => "conv2d",
             KernelPlan::Pool2d(p) => {
                 if p.max {
@@ -188,13 +206,20 @@ impl KernelPlan {
                 .filter(|(_, s)| **s != 0)
                 .map(|(&d, _)| d as u64)
                 .product::<u64>()
-                * 4
+                * sinter_ir::artifact::WORD_BYTES
         };
         let views: Vec<&View> = match self {
             KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),
             KernelPlan::Matmul(m) => {
                 let mut v = vec![&m.a, &m.b, &m.out];
                 if let Some(e) = &m.epilogue {
+                    v.extend(&e.operands[1..]);
+                }
+                v
+            }
+            KernelPlan::SplitSum(s) => {
+                let mut v = vec![&s.partials, &s.out];
+                if let Some(e) = &s.epilogue {
                     v.extend(&e.operands[1..]);
                 }
                 v
@@ -224,6 +249,13 @@ impl KernelPlan {
                     reads.extend(e.operands[1..].iter().map(|v| v.buffer));
                 }
                 (reads, vec![m.out.buffer])
+            }
+            KernelPlan::SplitSum(s) => {
+                let mut reads = vec![s.partials.buffer];
+                if let Some(e) = &s.epilogue {
+                    reads.extend(e.operands[1..].iter().map(|v| v.buffer));
+                }
+                (reads, vec![s.out.buffer])
             }
             KernelPlan::Conv2d(c) => {
                 let mut reads = vec![c.x.buffer, c.w.buffer];

@@ -9,6 +9,15 @@ use sinter_ir::{Attrs, Graph, Init, Key, Op, TensorType, ValueDef, ValueId, attr
 
 use crate::fused::Program;
 
+/// A vertex of [`KernelGraph::view`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vertex {
+    /// An input, param or state.
+    Leaf(ValueId),
+    /// A node, by index.
+    Node(usize),
+}
+
 /// What a kernel-graph node computes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelOp {
@@ -161,75 +170,98 @@ impl KernelGraph {
         matches!(self.value(v).def, KDef::Param(_) | KDef::State(_))
     }
 
-    /// The graph in Graphviz's DOT language: one box per kernel (its op, or the pattern of a
-    /// fused kernel and how many source ops it covers), one ellipse per input, param and state,
-    /// an edge per operand labelled with its type; outputs and assign sources doubly outlined.
+    /// The graph as a petgraph graph: a vertex per input, param, state and node, an edge per
+    /// operand carrying its value.
+    pub fn view(&self) -> petgraph::graph::DiGraph<Vertex, ValueId> {
+        use petgraph::graph::NodeIndex;
+        let mut g = petgraph::graph::DiGraph::new();
+        let mut leaf: std::collections::HashMap<ValueId, NodeIndex> = Default::default();
+        for (i, v) in self.values.iter().enumerate() {
+            if !matches!(v.def, KDef::Node { .. }) {
+                let id = ValueId(i as u32);
+                leaf.insert(id, g.add_node(Vertex::Leaf(id)));
+            }
+        }
+        let nodes: Vec<NodeIndex> = (0..self.nodes.len())
+            .map(|n| g.add_node(Vertex::Node(n)))
+            .collect();
+        for (n, node) in self.nodes.iter().enumerate() {
+            for &input in &node.inputs {
+                let from = match self.value(input).def {
+                    KDef::Node { node: m, .. } => nodes[m],
+                    _ => leaf[&input],
+                };
+                g.add_edge(from, nodes[n], input);
+            }
+        }
+        g
+    }
+
+    /// The graph in Graphviz's DOT language (petgraph's writer over [`KernelGraph::view`]): one
+    /// box per kernel (its op, or the pattern of a fused kernel and how many source ops it
+    /// covers), one ellipse per input, param and state, an edge per operand labelled with its
+    /// type; outputs and assign sources doubly outlined.
     pub fn to_dot(&self) -> String {
-        use std::fmt::Write;
+        use petgraph::dot::{Config, Dot};
         let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-        let mut s = format!(
-            "digraph \"{}\" {{\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n",
-            quote(&self.name)
-        );
         let results: std::collections::HashSet<ValueId> = self
             .outputs
             .iter()
             .map(|(_, v)| *v)
             .chain(self.assigns.iter().map(|(_, v)| *v))
             .collect();
-        for (i, v) in self.values.iter().enumerate() {
-            if !matches!(v.def, KDef::Node { .. }) {
-                let kind = match v.def {
+        let view = self.view();
+        let edge = |_, e: petgraph::graph::EdgeReference<'_, ValueId>| {
+            format!("label=\"{}\", fontsize=8", self.ty(*e.weight()))
+        };
+        let vertex = |_, (_, v): (petgraph::graph::NodeIndex, &Vertex)| match *v {
+            Vertex::Leaf(id) => {
+                let kind = match self.value(id).def {
                     KDef::Input => "input",
                     KDef::Param(_) => "param",
                     _ => "state",
                 };
-                writeln!(
-                    s,
-                    "  v{i} [shape=ellipse, label=\"{kind} {}\\n{}\"];",
-                    quote(&v.name),
-                    v.ty
+                format!(
+                    "shape=ellipse, label=\"{kind} {}\\n{}\"",
+                    quote(self.name_of(id)),
+                    self.ty(id)
                 )
-                .unwrap();
             }
-        }
-        for (n, node) in self.nodes.iter().enumerate() {
-            let what = match &node.op {
-                KernelOp::Ir(op, _) => op.name().to_string(),
-                KernelOp::Fused(p) => format!("fused {} ({} ops)", p.pattern(), node.sources.len()),
-                KernelOp::MatmulEpilogue(_) => {
-                    format!("matmul + epilogue ({} ops)", node.sources.len())
-                }
-                KernelOp::Flash(spec) => spec.pattern().to_string(),
-            };
-            let names: Vec<&str> = node.outputs.iter().map(|&o| self.name_of(o)).collect();
-            let peripheries = if node.outputs.iter().any(|o| results.contains(o)) {
-                2
-            } else {
-                1
-            };
-            writeln!(
-                s,
-                "  n{n} [shape=box, peripheries={peripheries}, label=\"{}\\n{}\"];",
-                quote(&names.join(", ")),
-                quote(&what)
-            )
-            .unwrap();
-            for &input in &node.inputs {
-                let from = match self.value(input).def {
-                    KDef::Node { node: m, .. } => format!("n{m}"),
-                    _ => format!("v{}", input.index()),
+            Vertex::Node(n) => {
+                let node = &self.nodes[n];
+                let what = match &node.op {
+                    KernelOp::Ir(op, _) => op.name().to_string(),
+                    KernelOp::Fused(p) => {
+                        format!("fused {} ({} ops)", p.pattern(), node.sources.len())
+                    }
+                    KernelOp::MatmulEpilogue(_) => {
+                        format!("matmul + epilogue ({} ops)", node.sources.len())
+                    }
+                    KernelOp::Flash(spec) => spec.pattern().to_string(),
                 };
-                writeln!(
-                    s,
-                    "  {from} -> n{n} [label=\"{}\", fontsize=8];",
-                    self.ty(input)
+                let names: Vec<&str> = node.outputs.iter().map(|&o| self.name_of(o)).collect();
+                let peripheries = if node.outputs.iter().any(|o| results.contains(o)) {
+                    2
+                } else {
+                    1
+                };
+                format!(
+                    "shape=box, peripheries={peripheries}, label=\"{}\\n{}\"",
+                    quote(&names.join(", ")),
+                    quote(&what)
                 )
-                .unwrap();
             }
-        }
-        s.push_str("}\n");
-        s
+        };
+        let config = [
+            Config::GraphContentOnly,
+            Config::NodeNoLabel,
+            Config::EdgeNoLabel,
+        ];
+        let body = Dot::with_attr_getters(&view, &config, &edge, &vertex);
+        format!(
+            "digraph \"{}\" {{\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n{body:?}}}\n",
+            quote(&self.name)
+        )
     }
 
     /// Adds a value computed by node `node` (the node must be pushed with this value among its

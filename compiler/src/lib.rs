@@ -8,6 +8,7 @@
 //! compiler bug and fails compilation with naga's diagnostic.
 
 pub mod autodiff;
+pub mod bounds;
 pub mod codegen;
 pub mod error;
 pub mod flash;
@@ -24,9 +25,9 @@ use std::fmt::Write;
 
 use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
-    Requirements, Role, TensorSlot,
+    Requirements, Role, TensorSlot, WORD_BYTES,
 };
-use sinter_ir::{DType, Graph, ValueDef};
+use sinter_ir::{DType, Graph};
 
 pub use error::CompileError;
 use memory::MemoryPlan;
@@ -76,8 +77,12 @@ pub struct Options {
     /// Passes to dump (see [`Compiled::dumps`]).
     pub dump_after: Vec<Pass>,
     /// Forces one block shape on every matmul (for tuning); by default the shape is chosen
-    /// from the output's size.
+    /// from the product's shape ([`codegen::matmul::choose`]).
     pub matmul_tile: Option<codegen::matmul::Tile>,
+    /// Forces the number of K chunks (split-K) of every matmul, 1 for none (for tuning and
+    /// tests); a count that does not divide K becomes the largest one below it that does. By
+    /// default it is chosen with the block shape.
+    pub matmul_split: Option<usize>,
     /// Run the e-graph optimizer (`--no-opt` turns it off).
     pub optimize: bool,
     /// Keep the kernel graphs before and after optimization as Graphviz DOT text
@@ -93,6 +98,7 @@ impl Default for Options {
             max_binding_size: DEFAULT_MAX_BINDING,
             dump_after: Vec::new(),
             matmul_tile: None,
+            matmul_split: None,
             optimize: true,
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
@@ -155,7 +161,10 @@ fn run_passes(
     let differentiated = autodiff::differentiate(&graph)?;
     let (graph, warnings) = (differentiated.graph, differentiated.warnings);
     dump(Pass::Autodiff, &|| sinter_ir::text::print(&graph));
-    let bounds = index_bounds(&graph);
+    let contracts = bounds::analyze(&graph)?;
+    let bounds: HashMap<String, usize> = (contracts.iter())
+        .filter_map(|(name, c)| Some((name.clone(), c.index_bound? as usize)))
+        .collect();
     let graph = sinter_ir::decompose::decompose(&graph);
     dump(Pass::Decompose, &|| sinter_ir::text::print(&graph));
     let unoptimized = kgraph::KernelGraph::from_graph(&graph);
@@ -174,11 +183,11 @@ fn run_passes(
     } else {
         (unoptimized.clone(), None)
     };
-    let sched = schedule::lower(&kgraph, bounds.clone())?;
+    let sched = schedule::lower(&kgraph, bounds.clone(), options)?;
     let summary = match &report {
         Some(r) => Some(optimizer_summary(
             r,
-            &schedule::lower(&unoptimized, bounds)?,
+            &schedule::lower(&unoptimized, bounds, options)?,
             &sched,
         )),
         None => None,
@@ -186,7 +195,15 @@ fn run_passes(
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let mut artifact = pack(&kgraph, &sched, &mem, options)?;
+    let mut artifact = pack(&kgraph, &sched, &mem)?;
+    for slot in &mut artifact.tensors {
+        if let (Some(c), Role::Input | Role::Param | Role::State) =
+            (contracts.get(&slot.name), slot.role)
+        {
+            slot.index_bound = c.index_bound;
+            slot.at_least = c.at_least;
+        }
+    }
     artifact.optimizer = summary;
     let mut warnings = warnings;
     warnings.extend(loop_warnings(&artifact));
@@ -210,9 +227,9 @@ pub fn compile_kernel_graph(
     kgraph: &kgraph::KernelGraph,
     options: &Options,
 ) -> Result<Artifact, CompileError> {
-    let sched = schedule::lower(kgraph, HashMap::new())?;
+    let sched = schedule::lower(kgraph, HashMap::new(), options)?;
     let mem = memory::plan(&sched, options.max_binding_size)?;
-    pack(kgraph, &sched, &mem, options)
+    pack(kgraph, &sched, &mem)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
@@ -278,32 +295,11 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
         .collect()
 }
 
-/// i32 inputs that index something (embedding ids, class labels), by name, with the number of
-/// rows or classes they index; found before decomposition, where the ops that index are whole.
-pub fn index_bounds(g: &Graph) -> HashMap<String, usize> {
-    use sinter_ir::Op;
-    let mut bounds: HashMap<String, usize> = HashMap::new();
-    for node in &g.nodes {
-        let (ids, bound) = match node.op {
-            Op::Embedding => (node.inputs[1], g.ty(node.inputs[0]).shape[0]),
-            Op::EmbeddingGrad => (node.inputs[1], node.attr(sinter_ir::key::NUM_EMBEDDINGS)),
-            Op::CrossEntropy => (node.inputs[1], g.ty(node.inputs[0]).shape[1]),
-            _ => continue,
-        };
-        if g.value(ids).def == ValueDef::Input {
-            let entry = bounds.entry(g.name_of(ids).to_string()).or_insert(bound);
-            *entry = (*entry).min(bound);
-        }
-    }
-    bounds
-}
-
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
     graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
-    options: &Options,
 ) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
@@ -317,7 +313,7 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem, options)?;
+        let src = codegen::emit(&step.plan, mem)?;
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];
@@ -365,7 +361,7 @@ fn pack(
             .max(*src.workgroups.iter().max().expect("3 dims"));
         req.max_uniform_buffer_binding_size = req
             .max_uniform_buffer_binding_size
-            .max(src.params.len() as u64 * 4);
+            .max(src.params.len() as u64 * size_of::<u32>() as u64);
         dispatches.push(Dispatch {
             kernel: index,
             arenas: src.arenas,
@@ -405,7 +401,7 @@ fn pack(
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
                 source_arena: s.arena,
-                source_offset: s.offset + view.offset as u64 * 4,
+                source_offset: s.offset + view.offset as u64 * WORD_BYTES,
                 target_arena: t.arena,
                 target_offset: t.offset,
                 bytes: graph.ty(*target).size_bytes() as u64,
@@ -491,6 +487,7 @@ fn tensor_slots(
             offset: p.offset,
             init,
             index_bound: sched.index_bounds.get(&value).map(|&b| b as u64),
+            at_least: None,
         });
     }
     for o in &sched.outputs {
@@ -500,9 +497,10 @@ fn tensor_slots(
             role: Role::Output,
             ty: o.ty.clone(),
             arena: p.arena,
-            offset: p.offset + o.view.offset as u64 * 4,
+            offset: p.offset + o.view.offset as u64 * WORD_BYTES,
             init: None,
             index_bound: None,
+            at_least: None,
         });
     }
     (slots, blob)

@@ -19,6 +19,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+use sinter_ir::artifact::WORD_BYTES;
+
 use crate::error::CompileError;
 use crate::schedule::{BufferKind, Schedule};
 
@@ -142,10 +144,10 @@ pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileErr
         arenas.push(ALIGN);
     }
     for (i, &bytes) in arenas.iter().enumerate() {
-        if bytes / 4 > u32::MAX as u64 {
+        if bytes / WORD_BYTES > u32::MAX as u64 {
             return Err(CompileError::IndexSpace {
                 arena: i,
-                elements: bytes / 4,
+                elements: bytes / WORD_BYTES,
             });
         }
     }

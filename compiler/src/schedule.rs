@@ -15,6 +15,7 @@ use sinter_ir::types::contiguous_strides;
 use sinter_ir::{DType, Op, TensorType, ValueId, key};
 
 use crate::codegen::fused::FusedKernel;
+use crate::codegen::matmul::{self, Tile};
 use crate::error::CompileError;
 use crate::fused::{Arg, Combine, Program, Scalar};
 use crate::kernel::*;
@@ -68,10 +69,12 @@ pub struct Schedule {
 }
 
 /// Lowers `g`; `index_bounds` (inputs by name, from [`crate::index_bounds`], found on the
-/// graph before decomposition) is carried into the schedule.
+/// graph before decomposition) is carried into the schedule. `options` may force the matmul
+/// block shape and split count.
 pub fn lower(
     g: &KernelGraph,
     index_bounds: HashMap<String, usize>,
+    options: &crate::Options,
 ) -> Result<Schedule, CompileError> {
     let index_bounds = g
         .values
@@ -88,6 +91,9 @@ pub fn lower(
         },
         views: HashMap::new(),
         needed: needed_values(g),
+        matmul_tile: options.matmul_tile,
+        matmul_split: options.matmul_split,
+        max_binding: options.max_binding_size,
     };
     for (i, value) in g.values.iter().enumerate() {
         let v = ValueId(i as u32);
@@ -143,6 +149,9 @@ struct Lowering<'g> {
     sched: Schedule,
     views: HashMap<ValueId, View>,
     needed: Vec<bool>,
+    matmul_tile: Option<Tile>,
+    matmul_split: Option<usize>,
+    max_binding: u64,
 }
 
 impl Lowering<'_> {
@@ -612,23 +621,98 @@ impl Lowering<'_> {
             }
             None => None,
         };
-        let plan = crate::kernel::Matmul {
-            epilogue,
-            batch,
-            m,
-            n,
-            k,
-            a: av,
-            b: bv,
-            out: out_view,
+        let choose = |splits: Option<usize>| {
+            matmul::choose(batch.iter().product(), m, n, k, self.matmul_tile, splits)
         };
+        let (mut tile, mut splits) = choose(self.matmul_split);
+        let partial_bytes = splits * out_view.numel() * 4;
+        if splits > 1 && partial_bytes as u64 > self.max_binding {
+            // the partials would not fit in one binding: unsplit
+            (tile, splits) = choose(Some(1));
+        }
         let step = KNode {
             sources: vec![label],
             ..node.clone()
         };
-        self.push_node(KernelPlan::Matmul(plan), &step);
+        if splits > 1 {
+            self.split_k(&step, splits, tile, (av, bv), out_view, epilogue);
+        } else {
+            let plan = crate::kernel::Matmul {
+                epilogue,
+                batch,
+                m,
+                n,
+                k,
+                a: av,
+                b: bv,
+                out: out_view,
+                tile,
+            };
+            self.push_node(KernelPlan::Matmul(plan), &step);
+        }
         self.views.insert(out, dst);
         Ok(())
+    }
+
+    /// Split-K: the product of `[.., m, k]` by `[.., k, n]` as `splits` products of K chunks
+    /// (views of the operands with a leading chunk axis: a batched matmul) into a temporary
+    /// `[splits, .., m, n]` buffer, then a [`SplitSum`] that adds the chunks, applies the
+    /// epilogue and writes `out`.
+    fn split_k(
+        &mut self,
+        node: &KNode,
+        splits: usize,
+        tile: Tile,
+        (a, b): (View, View),
+        out: View,
+        epilogue: Option<FusedKernel>,
+    ) {
+        let rb = out.rank() - 2;
+        let (m, k, n) = (a.shape[rb], a.shape[rb + 1], b.shape[rb + 1]);
+        debug_assert!(splits > 1 && k % splits == 0);
+        let chunk = k / splits;
+        let chunked = |v: &View, axis: usize| {
+            let mut shape = vec![splits];
+            shape.extend(&v.shape);
+            shape[axis + 1] = chunk;
+            let mut strides = vec![chunk * v.strides[axis]];
+            strides.extend(&v.strides);
+            View {
+                buffer: v.buffer,
+                offset: v.offset,
+                shape,
+                strides,
+            }
+        };
+        let mut partial_shape = vec![splits];
+        partial_shape.extend(&out.shape);
+        let label = format!(
+            "{} (split-K partial products)",
+            self.sched.buffers[out.buffer.0 as usize].label
+        );
+        let partials = self.new_buffer(
+            TensorType::new(DType::F32, partial_shape.clone()),
+            BufferKind::Temp,
+            &label,
+        );
+        let plan = crate::kernel::Matmul {
+            epilogue: None,
+            batch: partial_shape[..rb + 1].to_vec(),
+            m,
+            n,
+            k: chunk,
+            a: chunked(&a, rb + 1),
+            b: chunked(&b, rb),
+            out: partials.clone(),
+            tile,
+        };
+        self.push_node(KernelPlan::Matmul(plan), node);
+        let sum = SplitSum {
+            partials,
+            out,
+            epilogue,
+        };
+        self.push_node(KernelPlan::SplitSum(sum), node);
     }
 }
 

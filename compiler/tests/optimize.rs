@@ -4,96 +4,12 @@
 //! the reference interpreter (fused kernels by their own evaluator) and compared with the source
 //! graph's values on random inputs.
 
-use std::collections::HashMap;
+mod common;
 
+use common::{Rng, close, inputs, program};
 use sinter_compiler::kgraph::evaluate;
 use sinter_compiler::optimize::{explore, rules};
-use sinter_ir::interp::{Tensor, evaluate as interp};
-use sinter_ir::{DType, Graph, ValueDef};
-
-/// xorshift64*, for inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// ±[0.25, 1.25), never zero.
-    fn nonzero(&mut self) -> f64 {
-        let m = 0.25 + self.unit();
-        if self.next() & 1 == 0 { m } else { -m }
-    }
-}
-
-fn program(src: &str) -> Graph {
-    let g = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t.sir", src)));
-    let g = sinter_ir::expand::expand_composites(&g);
-    let g = sinter_compiler::autodiff::differentiate(&g)
-        .expect("differentiable")
-        .graph;
-    sinter_ir::decompose::decompose(&g)
-}
-
-fn inputs(g: &Graph, rng: &mut Rng) -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
-    let mut feed = HashMap::new();
-    let mut persistent = HashMap::new();
-    for v in g.value_ids() {
-        let value = g.value(v);
-        let n = value.ty.numel();
-        let t = match value.ty.dtype {
-            // small non-negative ints: valid labels and ids for every program here
-            DType::I32 => Tensor::i32(
-                value.ty.shape.clone(),
-                (0..n).map(|i| (i % 3) as i64).collect(),
-            ),
-            DType::F32 => Tensor::f32(
-                value.ty.shape.clone(),
-                (0..n).map(|_| rng.nonzero()).collect(),
-            ),
-        };
-        match value.def {
-            ValueDef::Input => {
-                feed.insert(value.name.clone(), t);
-            }
-            ValueDef::State(_) if value.ty.shape.is_empty() => {
-                // step counters: a valid step
-                persistent.insert(value.name.clone(), Tensor::f32(vec![], vec![2.0]));
-            }
-            ValueDef::Param(_) => {
-                persistent.insert(value.name.clone(), t);
-            }
-            ValueDef::State(_) => {
-                // optimizer moments: second moments must not be negative
-                let data = t.data.iter().map(|v| v.abs()).collect();
-                persistent.insert(
-                    value.name.clone(),
-                    Tensor::f32(value.ty.shape.clone(), data),
-                );
-            }
-            ValueDef::Node { .. } => {}
-        }
-    }
-    (feed, persistent)
-}
-
-/// Equal up to rounding: within 1e-6 of the largest |value| of `b`. Fused kernels hold their
-/// literals as f32 (as the GPU does) where the interpreter keeps f64, and sums are reordered.
-fn close(a: &Tensor, b: &Tensor) -> bool {
-    let scale = b.data.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
-    a.ty == b.ty
-        && a.data
-            .iter()
-            .zip(&b.data)
-            .all(|(&x, &y)| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-6 * scale)
-}
+use sinter_ir::interp::evaluate as interp;
 
 /// Every alternative of `src`'s e-graph (after the algebra and layout rules, and with `fusion`
 /// the fusion rules) agrees with the source graph; returns how many were checked.

@@ -20,6 +20,10 @@
 use crate::types::TensorType;
 
 pub const MAGIC: [u8; 8] = *b"SINTART\0";
+
+/// Bytes of one arena word: arenas are `array<f32>`, and i32 values live in them as bit
+/// patterns. Offsets in param blocks count words; offsets in the manifest count bytes.
+pub const WORD_BYTES: u64 = crate::types::DType::F32.size_bytes() as u64;
 pub const FORMAT_VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
 
@@ -157,7 +161,7 @@ pub enum Role {
 }
 
 /// A named tensor the caller can see: where it lives and what it is.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TensorSlot {
     pub name: String,
     pub role: Role,
@@ -172,6 +176,11 @@ pub struct TensorSlot {
     /// an out-of-range index into NaN.
     #[serde(default)]
     pub index_bound: Option<u64>,
+    /// For f32 inputs, params and states that an op's contract restricts (an optimizer's step
+    /// count): every value must be at least this, and not NaN. The runtime checks inputs before
+    /// upload and params and states when weights are loaded.
+    #[serde(default)]
+    pub at_least: Option<f64>,
 }
 
 impl TensorSlot {
@@ -398,7 +407,7 @@ impl Artifact {
             d.arenas
                 .get(binding)
                 .and_then(|&a| self.arenas.get(a as usize))
-                .map(|a| a.size_bytes / 4)
+                .map(|a| a.size_bytes / WORD_BYTES)
         };
         for &[word, binding] in &d.address_words {
             let Some(limit) = words(binding as usize) else {
@@ -471,6 +480,7 @@ mod tests {
                 offset: 16,
                 init: Some((0, 16)),
                 index_bound: None,
+                at_least: None,
             }],
             assigns: vec![],
             memory: MemoryReport::default(),

@@ -31,7 +31,7 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.name() == name)
     }
 
-    pub fn size_bytes(self) -> usize {
+    pub const fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
         }

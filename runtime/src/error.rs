@@ -99,6 +99,16 @@ pub enum RuntimeError {
         bound: u64,
     },
     #[error(
+        "`{name}` holds {value} at flat position {position}, but it must be at least {minimum} \
+         (an optimizer's step count, which starts at 1)"
+    )]
+    BelowMinimum {
+        name: String,
+        position: usize,
+        value: f32,
+        minimum: f64,
+    },
+    #[error(
         "tensor `{name}` is malformed: shape {shape:?} has {expected} elements, data has {len}"
     )]
     MalformedTensor {

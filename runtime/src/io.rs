@@ -194,20 +194,6 @@ pub enum IoError {
     },
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, IoError> {
-    std::fs::read(path).map_err(|source| IoError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    std::fs::write(path, bytes).map_err(|source| IoError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 // ---------------------------------------------------------------------------------------------
 // .npy
 
@@ -232,13 +218,10 @@ impl NpyDType {
     }
 }
 
-/// Reads a `.npy` file holding little-endian f32/i32 (or f64/i64, narrowed) in C order.
-pub fn read_npy(path: &Path) -> Result<HostTensor, IoError> {
-    let bytes = read_file(path)?;
-    parse_npy(path, &bytes)
-}
-
-fn parse_npy(path: &Path, bytes: &[u8]) -> Result<HostTensor, IoError> {
+/// Decodes the bytes of a `.npy` file holding little-endian f32/i32 (or f64/i64, narrowed) in
+/// C order; `path` names the file in errors. Any bytes give a tensor or an error, never a
+/// panic (fuzzed: `sinter-tests`' `fuzz` targets).
+pub fn npy_from_bytes(path: &Path, bytes: &[u8]) -> Result<HostTensor, IoError> {
     let not_npy = |reason: String| IoError::NotNpy {
         path: path.to_path_buf(),
         reason,
@@ -385,8 +368,9 @@ fn describe_npy_dtype(descr: &str) -> &'static str {
     }
 }
 
-/// Writes `t` as a version 1.0 `.npy` file (`<f4` or `<i4`, C order).
-pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), IoError> {
+/// Encodes `t` as a version 1.0 `.npy` file (`<f4` or `<i4`, C order); `path` names the file
+/// in errors.
+pub fn npy_to_bytes(path: &Path, t: &HostTensor) -> Result<Vec<u8>, IoError> {
     let descr = match t.data.dtype() {
         DType::F32 => "<f4",
         DType::I32 => "<i4",
@@ -421,7 +405,7 @@ pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), IoError> {
         path: path.to_path_buf(),
         source,
     })?;
-    write_file(path, &bytes)
+    Ok(bytes)
 }
 
 /// The three keys of an npy header dict.
@@ -657,13 +641,12 @@ impl PyParser<'_> {
 // ---------------------------------------------------------------------------------------------
 // safetensors
 
-/// Reads every tensor of a safetensors file, sorted by name.
-pub fn read_safetensors(path: &Path) -> Result<Vec<(String, HostTensor)>, IoError> {
-    let bytes = read_file(path)?;
-    parse_safetensors(path, &bytes)
-}
-
-fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, HostTensor)>, IoError> {
+/// Decodes every tensor of a safetensors file, sorted by name; `path` names the file in
+/// errors. Any bytes give tensors or an error, never a panic.
+pub fn safetensors_from_bytes(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<Vec<(String, HostTensor)>, IoError> {
     use safetensors::{Dtype, SafeTensors};
     let file = SafeTensors::deserialize(bytes).map_err(|e| IoError::NotSafetensors {
         path: path.to_path_buf(),
@@ -694,8 +677,12 @@ fn parse_safetensors(path: &Path, bytes: &[u8]) -> Result<Vec<(String, HostTenso
     Ok(out)
 }
 
-/// Writes named tensors as a safetensors file (F32 / I32, little-endian).
-pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<(), IoError> {
+/// Encodes named tensors as a safetensors file (F32 / I32, little-endian); `path` names the
+/// file in errors.
+pub fn safetensors_to_bytes(
+    path: &Path,
+    tensors: &[(String, HostTensor)],
+) -> Result<Vec<u8>, IoError> {
     use safetensors::{Dtype, tensor::TensorView};
     let bytes: Vec<(String, Vec<u8>)> = tensors
         .iter()
@@ -720,8 +707,11 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Resul
         name: String::new(),
         reason: e.to_string(),
     })?;
-    write_file(path, &serialized)
+    Ok(serialized)
 }
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use crate::native::{read_npy, read_safetensors, write_npy, write_safetensors};
 
 #[cfg(test)]
 mod tests {
@@ -758,7 +748,7 @@ mod tests {
     }
 
     fn parse(bytes: &[u8]) -> Result<HostTensor, String> {
-        parse_npy(Path::new("t.npy"), bytes).map_err(|e| e.to_string())
+        npy_from_bytes(Path::new("t.npy"), bytes).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -941,15 +931,17 @@ mod tests {
         let good = std::fs::read(&path).unwrap();
         let p = Path::new("w.safetensors");
         for n in 0..good.len() {
-            let err = parse_safetensors(p, &good[..n]).unwrap_err().to_string();
+            let err = safetensors_from_bytes(p, &good[..n])
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("not a safetensors file"), "{err}");
         }
         for i in 0..good.len() {
             let mut bad = good.clone();
             bad[i] ^= 0x5a;
-            let _ = parse_safetensors(p, &bad);
+            let _ = safetensors_from_bytes(p, &bad);
         }
-        let err = parse_safetensors(p, b"\x93NUMPY not safetensors").unwrap_err();
+        let err = safetensors_from_bytes(p, b"\x93NUMPY not safetensors").unwrap_err();
         assert!(err.to_string().contains("w.safetensors"), "{err}");
     }
 

@@ -23,6 +23,40 @@ pub fn read_artifact(path: impl AsRef<Path>) -> Result<Artifact, RuntimeError> {
     Ok(Artifact::from_bytes(&bytes)?)
 }
 
+fn read_file(path: &Path) -> Result<Vec<u8>, io::IoError> {
+    std::fs::read(path).map_err(|source| io::IoError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), io::IoError> {
+    std::fs::write(path, bytes).map_err(|source| io::IoError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a `.npy` file (see [`io::npy_from_bytes`]).
+pub fn read_npy(path: &Path) -> Result<HostTensor, io::IoError> {
+    io::npy_from_bytes(path, &read_file(path)?)
+}
+
+/// Writes `t` as a `.npy` file (see [`io::npy_to_bytes`]).
+pub fn write_npy(path: &Path, t: &HostTensor) -> Result<(), io::IoError> {
+    write_file(path, &io::npy_to_bytes(path, t)?)
+}
+
+/// Reads every tensor of a safetensors file, sorted by name.
+pub fn read_safetensors(path: &Path) -> Result<Vec<(String, HostTensor)>, io::IoError> {
+    io::safetensors_from_bytes(path, &read_file(path)?)
+}
+
+/// Writes named tensors as a safetensors file.
+pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<(), io::IoError> {
+    write_file(path, &io::safetensors_to_bytes(path, tensors)?)
+}
+
 /// One line per adapter that the environment (`SINTER_BACKEND`, `WGPU_BACKEND`) allows, best
 /// first; the first (or the first matching `SINTER_ADAPTER`) is the one a session uses.
 pub fn available_adapters() -> Result<Vec<String>, RuntimeError> {

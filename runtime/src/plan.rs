@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use sinter_ir::artifact::{Artifact, ArtifactError, Role};
+use sinter_ir::artifact::{Artifact, ArtifactError, Role, WORD_BYTES};
 
 use crate::device::LimitNeed;
 
@@ -72,7 +72,7 @@ pub(crate) fn check(a: &Artifact) -> Result<(), ArtifactError> {
         if !names.insert(t.name.as_str()) {
             return bad(format!("tensor `{}` appears twice in the manifest", t.name));
         }
-        if t.offset % 4 != 0 {
+        if t.offset % WORD_BYTES != 0 {
             return bad(format!(
                 "tensor `{}` starts at byte {}, not a multiple of 4",
                 t.name, t.offset
@@ -80,7 +80,10 @@ pub(crate) fn check(a: &Artifact) -> Result<(), ArtifactError> {
         }
     }
     for s in &a.assigns {
-        if s.source_offset % 4 != 0 || s.target_offset % 4 != 0 || s.bytes % 4 != 0 {
+        if s.source_offset % WORD_BYTES != 0
+            || s.target_offset % WORD_BYTES != 0
+            || s.bytes % WORD_BYTES != 0
+        {
             return bad(format!(
                 "assign to `{}` copies {} bytes from byte {} to byte {}: not multiples of 4",
                 s.target, s.bytes, s.source_offset, s.target_offset
@@ -96,7 +99,10 @@ impl Plan {
         let align = align.max(16);
         let mut block_bytes = vec![0u64; a.kernels.len()];
         for d in &a.dispatches {
-            let bytes = (d.params.len() as u64 * 4).div_ceil(16).max(1) * 16;
+            let bytes = (d.params.len() as u64 * size_of::<u32>() as u64)
+                .div_ceil(16)
+                .max(1)
+                * 16;
             let b = &mut block_bytes[d.kernel as usize];
             *b = (*b).max(bytes);
         }
@@ -233,6 +239,7 @@ mod tests {
             offset,
             init: None,
             index_bound: None,
+            at_least: None,
         }
     }
 

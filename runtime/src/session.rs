@@ -523,19 +523,7 @@ impl Session {
                     actual: t.ty(),
                 });
             }
-            if let (Some(bound), TensorData::I32(values)) = (slot.index_bound, &t.data)
-                && let Some((position, &value)) = values
-                    .iter()
-                    .enumerate()
-                    .find(|&(_, &v)| v < 0 || v as u64 >= bound)
-            {
-                return Err(RuntimeError::IndexOutOfRange {
-                    name: slot.name.clone(),
-                    position,
-                    value,
-                    bound,
-                });
-            }
+            check_contract(slot, t)?;
             let bytes = le_bytes(&t.data);
             packed[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
         }
@@ -751,6 +739,7 @@ impl Session {
                     actual: t.ty(),
                 });
             }
+            check_contract(slot, t)?;
             writes.push((slot, t));
         }
         for (slot, t) in writes {
@@ -779,6 +768,40 @@ impl Session {
             }),
         }
     }
+}
+
+/// The contract the compiler found for a tensor (see `TensorSlot::index_bound` and
+/// `TensorSlot::at_least`): indices in range, step counts at least their minimum and not NaN.
+fn check_contract(slot: &TensorSlot, t: &HostTensor) -> Result<(), RuntimeError> {
+    match &t.data {
+        TensorData::I32(values) => {
+            if let Some(bound) = slot.index_bound
+                && let Some((position, &value)) =
+                    (values.iter().enumerate()).find(|&(_, &v)| v < 0 || v as u64 >= bound)
+            {
+                return Err(RuntimeError::IndexOutOfRange {
+                    name: slot.name.clone(),
+                    position,
+                    value,
+                    bound,
+                });
+            }
+        }
+        TensorData::F32(values) => {
+            if let Some(minimum) = slot.at_least
+                && let Some((position, &value)) = (values.iter().enumerate())
+                    .find(|&(_, &v)| v.is_nan() || f64::from(v) < minimum)
+            {
+                return Err(RuntimeError::BelowMinimum {
+                    name: slot.name.clone(),
+                    position,
+                    value,
+                    minimum,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A tensor whose data does not fill its shape (the fields of [`HostTensor`] are public).

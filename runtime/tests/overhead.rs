@@ -43,6 +43,7 @@ fn chain(d: u32) -> Artifact {
         offset,
         init: None,
         index_bound: None,
+        at_least: None,
     };
     Artifact {
         graph: format!("chain{d}"),

@@ -58,6 +58,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
         offset,
         init: None,
         index_bound: None,
+        at_least: None,
     };
     let mut first = true;
     Artifact {

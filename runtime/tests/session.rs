@@ -103,6 +103,7 @@ fn slot(name: &str, role: Role, ty: TensorType, arena: u32, offset: u64) -> Tens
         offset,
         init: None,
         index_bound: None,
+        at_least: None,
     }
 }
 

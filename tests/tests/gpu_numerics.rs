@@ -265,3 +265,47 @@ fn an_all_nan_batch_gives_a_nan_loss() {
     assert!(want.data[0].is_nan());
     assert!(loss.data[0].is_nan(), "GPU loss {:?}", loss.data);
 }
+
+/// Arithmetic that a driver's float optimizer would simplify keeps IEEE semantics (found by the
+/// random-program test): lavapipe folds `x / 0.0`, `x * 0.0` and `0.0 / x` to 0 when the 0.0 is a
+/// literal in the shader, so constants reach kernels through the param block; and it folds
+/// `x - x` and `x + -x` to 0, so codegen hides that the two sides are one value; a comparison it
+/// decides (`x > x`) must not hand it a literal 0 to divide by either.
+#[test]
+fn arithmetic_with_literal_zeros_and_infinities() {
+    let src = "graph t {
+  input x: f32[6]
+  a = div(x, 0.0)
+  b = mul(x, 0.0)
+  c = div(0.0, x)
+  d = add(x, inf)
+  e = mul(sub(x, x), -inf)
+  f = mul(0.0, reciprocal(x))
+  g = sub(x, x)
+  h = add(x, neg(x))
+  k = mul(sub(x, x), x)
+  m = div(x, gt(x, x))
+  output a, b, c, d, e, f, g, h, k, m
+}
+";
+    let x = f32s(&[6], &[NAN, INF, -INF, 0.0, -2.0, 3.0]);
+    check(src, &[("x", x)], 0.0);
+}
+
+/// `iota` folds into the kernels that read it: as a value, a mask and an exponent.
+#[test]
+fn iota_as_value_mask_and_exponent() {
+    let src = "graph t {
+  input x: f32[2, 3]
+  a = mul(x, iota(shape=[2, 3], axis=1))
+  b = where(gt(iota(shape=[3], axis=0), 0.5), x, -inf)
+  c = pow(x, iota(shape=[2, 1], axis=0))
+  output a, b, c
+}
+";
+    check(
+        src,
+        &[("x", f32s(&[2, 3], &[NAN, INF, -2.0, 0.0, -0.0, 3.0]))],
+        1e-6,
+    );
+}

@@ -501,3 +501,117 @@ fn matmul_layouts_and_odd_sizes() {
         sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
     }
 }
+
+/// Split-K and quad loads under every block shape: each staging layout loading quads where the
+/// unit stride, extents and offsets allow (`a` and `bt` along k, `b` along n, `at` along m) and
+/// scalars where they do not (`u`'s slice starts at an odd offset; extents 1, 17 and 33; split
+/// into 4 the chunks' stride 33 is not a multiple of 4), batch broadcasting and epilogues
+/// (summed as quads for y3, as scalars for y7), unsplit and split into 3 or 4 chunks of
+/// K = 132.
+#[test]
+fn matmul_split_k_and_quad_loads() {
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    let src = "graph t {
+  input a: f32[3, 17, 132]
+  input at: f32[132, 20]
+  input b: f32[132, 36]
+  input b2: f32[132, 36]
+  input bt: f32[3, 33, 132]
+  input bias: f32[36]
+  input bias2: f32[33]
+  input r: f32[1, 132]
+  input c: f32[132, 1]
+  input u: f32[20, 133]
+  y1 = matmul(a, b)
+  y2 = matmul(transpose(at, dim0=0, dim1=1), transpose(bt, dim0=-2, dim1=-1))
+  y3 = relu(add(mul(matmul(a, b2), 0.5), bias))
+  y4 = matmul(r, b)
+  y5 = matmul(a, c)
+  y6 = matmul(slice(u, axis=1, start=1, end=133), b)
+  y7 = add(matmul(a, transpose(bt, dim0=-2, dim1=-1)), bias2)
+  output y1, y2, y3, y4, y5, y6, y7
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    for tile in [None, Some(LARGE), Some(WIDE), Some(MEDIUM), Some(SMALL)] {
+        for split in [1, 3, 4] {
+            let options = sinter_compiler::Options {
+                matmul_tile: tile,
+                matmul_split: Some(split),
+                ..Default::default()
+            };
+            let artifact = sinter_compiler::compile(&graph, &options)
+                .expect("compiles")
+                .artifact;
+            let matmuls: Vec<&str> = artifact
+                .kernels
+                .iter()
+                .filter(|k| k.pattern.starts_with("matmul"))
+                .map(|k| k.wgsl.as_str())
+                .collect();
+            let loads = |what: &str| matmuls.iter().filter(|w| w.contains(what)).count();
+            assert!(
+                loads("select(vec4<f32>(0.0), ") > 0,
+                "{tile:?} split {split}: no quad loads"
+            );
+            assert!(
+                loads("select(0.0, ") > 0,
+                "{tile:?} split {split}: no scalar loads"
+            );
+            let sums = artifact
+                .kernels
+                .iter()
+                .filter(|k| k.pattern.starts_with("splitk_sum"))
+                .count();
+            assert_eq!(sums > 0, split > 1, "{tile:?} split {split}");
+            let epilogues = |pattern: &str| {
+                artifact
+                    .kernels
+                    .iter()
+                    .filter(|k| k.pattern == pattern)
+                    .count()
+            };
+            // y3's and y7's (quads and scalars of the sum)
+            if split > 1 {
+                assert_eq!(
+                    epilogues("splitk_sum_epilogue"),
+                    2,
+                    "{tile:?} split {split}"
+                );
+            } else {
+                assert_eq!(epilogues("matmul_epilogue"), 2, "{tile:?} split {split}");
+            }
+            sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+        }
+    }
+}
+
+/// The default choice splits a long K over few blocks (a weight gradient's shape: `x^T dy`),
+/// with batch broadcasting and an epilogue.
+#[test]
+fn matmul_split_k_by_default() {
+    let src = "graph t {
+  input x: f32[2048, 40]
+  input dy: f32[2, 2048, 36]
+  input bias: f32[36]
+  y = add(matmul(transpose(x, dim0=0, dim1=1), dy), bias)
+  z = matmul(transpose(x, dim0=0, dim1=1), slice(dy, axis=0, start=0, end=1))
+  output y, z
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    let options = sinter_compiler::Options::default();
+    let artifact = sinter_compiler::compile(&graph, &options)
+        .expect("compiles")
+        .artifact;
+    let patterns: Vec<&str> = artifact
+        .dispatches
+        .iter()
+        .map(|d| artifact.kernels[d.kernel as usize].pattern.as_str())
+        .collect();
+    assert_eq!(
+        patterns,
+        ["matmul", "splitk_sum_epilogue", "matmul", "splitk_sum"]
+    );
+    sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+}

@@ -68,3 +68,106 @@ fn indices_in_range_run_and_out_of_range_are_named() {
         other => panic!("expected an index error, got {other:?}"),
     }
 }
+
+fn compile(src: &str) -> Result<sinter_ir::artifact::Artifact, String> {
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
+    sinter_compiler::compile(&graph, &Default::default())
+        .map(|c| c.artifact)
+        .map_err(|e| e.to_string())
+}
+
+/// Ids that reach `embedding` through `concat` and `where` are checked on every input they come
+/// from (the issue's reproducer: exit 0 with NaN rows).
+#[test]
+fn ids_through_concat_and_where_are_checked_at_every_input() {
+    let src = "graph t {
+  input a: i32[2]
+  input b: i32[2]
+  input pick: f32[4]
+  param table: f32[6, 3] = normal(std=1.0, seed=1)
+  ids = concat(a, b, axis=0)
+  e = embedding(table, where(pick, ids, reshape(transpose(reshape(ids, shape=[2, 2]), dim0=0, dim1=1), shape=[4])))
+  output e
+}
+";
+    let mut s = Session::load(compile(src).unwrap()).expect("loads");
+    let a = HostTensor::i32(vec![2], vec![0, 5]);
+    let pick = HostTensor::f32(vec![4], vec![1.0, 0.0, 1.0, 0.0]);
+    let good = HostTensor::i32(vec![2], vec![3, 4]);
+    assert!(s.run(&[("a", &a), ("b", &good), ("pick", &pick)]).is_ok());
+    let bad = HostTensor::i32(vec![2], vec![3, 6]);
+    let err = s
+        .run(&[("a", &a), ("b", &bad), ("pick", &pick)])
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::IndexOutOfRange { name, position: 1, value: 6, bound: 6 } if name == "b"),
+        "{err}"
+    );
+}
+
+/// An optimizer step fed as an input is at least 1 and not NaN; the step state `train` keeps is
+/// checked when weights are loaded.
+#[test]
+fn optimizer_steps_below_one_or_nan_are_refused() {
+    let src = "graph t {
+  input g: f32[3]
+  input t: f32[]
+  param w: f32[3] = ones
+  state m: f32[3] = zeros
+  state v: f32[3] = zeros
+  w2, m2, v2 = adam(w, g, m, v, t)
+  output w2
+}
+";
+    let mut s = Session::load(compile(src).unwrap()).expect("loads");
+    let g = HostTensor::f32(vec![3], vec![0.1, -0.2, 0.3]);
+    assert!(
+        s.run(&[("g", &g), ("t", &HostTensor::f32(vec![], vec![1.0]))])
+            .is_ok()
+    );
+    for bad in [0.0, 0.5, f32::NAN, f32::NEG_INFINITY] {
+        let err = s
+            .run(&[("g", &g), ("t", &HostTensor::f32(vec![], vec![bad]))])
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::BelowMinimum { ref name, .. } if name == "t"),
+            "{bad}: {err}"
+        );
+    }
+    let train = "graph t {
+  input x: f32[3]
+  param w: f32[3] = ones
+  loss = sum(mul(x, w))
+  train loss with adamw(lr=0.1)
+  output loss
+}
+";
+    let mut s = Session::load(compile(train).unwrap()).expect("loads");
+    let err = s
+        .load_weights(&[("train.step".into(), HostTensor::f32(vec![], vec![-1.0]))])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`train.step` holds -1 at flat position 0, but it must be at least 0"),
+        "{err}"
+    );
+}
+
+/// Ids computed from values whose range nothing shows are refused when compiling.
+#[test]
+fn computed_ids_without_a_known_range_do_not_compile() {
+    let err = compile(
+        "graph t {
+  input x: f32[4]
+  param table: f32[6, 3] = zeros
+  e = embedding(table, cast(mul(x, 6), dtype=\"i32\"))
+  output e
+}
+",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("`embedding` reads") && err.contains("must be in 0..=5"),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! Every bundled example compiled with the e-graph optimizer and without it (`--no-opt`) runs on
 //! the GPU to the same outputs and the same updated params and states, on the same inputs, over
-//! two steps; and the optimized artifact has fewer dispatches.
+//! two steps; and the optimized artifact has fewer dispatches. Training steps through attention
+//! run to the same values with the flash kernels the optimizer finds and without them.
 
 use sinter_compiler::Options;
 use sinter_runtime::Session;
@@ -24,14 +25,10 @@ type Named = Vec<(String, HostTensor)>;
 /// Runs two steps; returns the dispatch count, the last outputs and every param and state after.
 fn run(
     graph: &sinter_ir::Graph,
-    optimize: bool,
+    options: &Options,
     feeds: &[(&str, &HostTensor)],
 ) -> (usize, Named, Named) {
-    let options = Options {
-        optimize,
-        ..Options::default()
-    };
-    let artifact = sinter_compiler::compile(graph, &options)
+    let artifact = sinter_compiler::compile(graph, options)
         .unwrap_or_else(|e| panic!("compile: {e}"))
         .artifact;
     let dispatches = artifact.dispatches.len();
@@ -55,8 +52,12 @@ fn optimized_artifacts_compute_what_unoptimized_ones_do() {
             .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
             .collect();
         let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let (fused, out_opt, w_opt) = run(&graph, true, &feeds);
-        let (plain, out_plain, w_plain) = run(&graph, false, &feeds);
+        let (fused, out_opt, w_opt) = run(&graph, &Options::default(), &feeds);
+        let plain_options = Options {
+            optimize: false,
+            ..Options::default()
+        };
+        let (plain, out_plain, w_plain) = run(&graph, &plain_options, &feeds);
         assert!(
             fused < plain,
             "{name}: {fused} dispatches optimized, {plain} without"
@@ -70,4 +71,63 @@ fn optimized_artifacts_compute_what_unoptimized_ones_do() {
             assert!(err < 2e-4, "{name}: `{n}` differs by {err:e}");
         }
     }
+}
+
+#[test]
+fn flash_attention_trains_like_the_unfused_products() {
+    use sinter_compiler::optimize::AttentionPolicy;
+    // a causal self-attention layer with a padding mask, [B, S, H, D] as models store it;
+    // ragged lengths (33 queries, 40 keys) cover partial blocks
+    let src = "graph t {
+  input x: f32[2, 33, 2, 16]
+  input pad: i32[2, 1, 1, 40]
+  param ky: f32[2, 40, 2, 16] = normal(std=0.5, seed=1)
+  param vy: f32[2, 40, 2, 8] = normal(seed=2)
+  param wq: f32[16, 16] = normal(std=0.3, seed=3)
+  q = permute(matmul(x, wq), perm=[0, 2, 1, 3])
+  k = permute(ky, perm=[0, 2, 1, 3])
+  v = permute(vy, perm=[0, 2, 1, 3])
+  a = attention(q, k, v, pad, causal=true)
+  loss = mean(mul(a, a))
+  train loss with sgd(lr=0.5)
+  output loss, a
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid program");
+    // the last keys of each sequence are padding
+    let pad = sinter_ir::interp::Tensor::i32(
+        vec![2, 1, 1, 40],
+        (0..80)
+            .map(|i| i64::from(i % 40 < 36 - 3 * (i / 40)))
+            .collect(),
+    );
+    let inputs = random_inputs(&graph, 5, 2, &[("pad", pad)]);
+    let host: Vec<(String, HostTensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
+        .collect();
+    let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let with = |attention| Options {
+        attention,
+        ..Options::default()
+    };
+    let (_, out_flash, w_flash) = run(&graph, &with(AttentionPolicy::Flash), &feeds);
+    let (_, out_plain, w_plain) = run(&graph, &with(AttentionPolicy::Unfused), &feeds);
+    for ((n, a), (_, b)) in out_flash
+        .iter()
+        .chain(&w_flash)
+        .zip(out_plain.iter().chain(&w_plain))
+    {
+        let err = relative_error(&a.to_interp().data, &b.to_interp().data);
+        assert!(err < 1e-4, "`{n}` differs by {err:e}");
+    }
+    let artifact = sinter_compiler::compile(&graph, &with(AttentionPolicy::Flash))
+        .expect("compiles")
+        .artifact;
+    let flash = artifact
+        .kernels
+        .iter()
+        .filter(|k| k.pattern.starts_with("flash_attention"))
+        .count();
+    assert_eq!(flash, 3, "forward, dQ and dK/dV kernels");
 }

@@ -70,3 +70,40 @@ fn matmul_tiles() {
     }
     snapshot("matmul_tiles", &text);
 }
+
+/// Split-K (forced): the products of K chunks into a partials buffer, then the sum over the
+/// chunks, with the epilogue (scale, bias, relu) in the sum; quads where alignment allows
+/// (`a`, `b`, `bias`) and scalars where it does not (`c`, whose rows start at odd offsets).
+#[test]
+fn matmul_split_k() {
+    let src = "graph mm {
+  input a: f32[2, 64, 256]
+  input b: f32[256, 96]
+  input bias: f32[96]
+  input c: f32[33, 257]
+  y = relu(add(mul(matmul(a, b), 0.5), bias))
+  z = matmul(slice(c, axis=1, start=1, end=257), b)
+  output y, z
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    let options = sinter_compiler::Options {
+        matmul_split: Some(4),
+        ..Default::default()
+    };
+    let artifact = sinter_compiler::compile(&graph, &options)
+        .expect("compiles")
+        .artifact;
+    let mut text = String::new();
+    writeln!(
+        text,
+        "{} kernels, {} dispatches",
+        artifact.kernels.len(),
+        artifact.dispatches.len()
+    )
+    .unwrap();
+    for k in &artifact.kernels {
+        writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+    }
+    snapshot("matmul_split_k", &text);
+}

@@ -65,6 +65,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     };
     let options = interp::EvalOptions {
         memory_budget: (args.max_memory * f64::from(1u32 << 30)) as u64,
+        ..Default::default()
     };
     let evaluation = interp::evaluate_with(&graph, &inputs, &persistent, &options)?;
 

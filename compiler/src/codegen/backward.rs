@@ -10,6 +10,7 @@ use super::{
 };
 use crate::kernel::{Conv2dGrad, Pool2dGrad, ScatterAdd, SliceGrad};
 use sinter_ir::DType;
+use sinter_ir::artifact::WORD_BYTES;
 
 fn constants(s: &mut String, e: &mut Emitter, names: &[&str], values: &[usize]) {
     for (name, &v) in names.iter().zip(values) {
@@ -205,7 +206,11 @@ if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
         "    if (live && lane == 0u) {{ {o}[o_base + k0 * o_s0 + k1 * o_s1 + k2 * o_s2 + k3 * o_s3] = total; }}\n}}"
     )
     .unwrap();
-    (s, grid(rows.div_ceil(per_group as usize)), WORKGROUP * 4)
+    (
+        s,
+        grid(rows.div_ceil(per_group as usize)),
+        WORKGROUP * WORD_BYTES as u32,
+    )
 }
 
 /// Each input position sums the gradient of every window that covers it: for max pooling,
@@ -364,7 +369,11 @@ pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u
         "    if (live && lane == 0u) {{ {o}[o_base + k0 * o_s0 + k1 * o_s1] = total; }}\n}}"
     )
     .unwrap();
-    (s, grid(rows.div_ceil(per_group as usize)), WORKGROUP * 4)
+    (
+        s,
+        grid(rows.div_ceil(per_group as usize)),
+        WORKGROUP * WORD_BYTES as u32,
+    )
 }
 
 /// Zeros except where the forward slice read, which take `dy`.

@@ -20,7 +20,7 @@ use std::fmt::Write;
 use sinter_ir::{DType, Op};
 
 use super::{
-    ENTRY_ARGS, Emitter, NEG_INF, POS_INF, WORKGROUP, f32_literal, grid, load, store, strided_loop,
+    ENTRY_ARGS, Emitter, NEG_INF, POS_INF, WORKGROUP, grid, load, store, strided_loop,
     unroll_factor,
 };
 use crate::fused::{Access, Axis, Combine, Inst, Level, Program, Scalar};
@@ -131,6 +131,8 @@ struct Cx<'e, 'm, 'k> {
     /// as this argument.
     product_operand: Option<String>,
     body: String,
+    /// The WGSL reading each f32 constant from the param block, by bit pattern.
+    constants: Vec<(u32, String)>,
 }
 
 impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
@@ -145,6 +147,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             bound: vec![false; p.insts.len()],
             product_operand: None,
             body: String::new(),
+            constants: Vec::new(),
         }
     }
 
@@ -176,7 +179,10 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                 self.product_operand.clone().expect("checked")
             }
             Inst::Load(o) => self.operand_load(*o as usize),
-            Inst::Const(bits) => f32_literal(f32::from_bits(*bits)),
+            // From the param block, not a literal: drivers fold arithmetic on literals without
+            // IEEE special values (lavapipe turns `x / 0.0`, `x * 0.0` and `0.0 / x` into 0
+            // for every x), and kernels that differ only in constants then share one shader.
+            Inst::Const(bits) => self.constant(f32::from_bits(*bits)),
             Inst::Coord(k) => format!("f32(c{k})"),
             Inst::Reduced(k) => format!("r{k}"),
             Inst::Map(Scalar::Cast(to), args) => match (self.dtypes[args[0] as usize], to) {
@@ -196,8 +202,54 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                     };
                     return format!("select({}, {}, {cond})", a[2], a[1]);
                 }
+                if matches!(op, Op::Eq | Op::Lt | Op::Le | Op::Gt | Op::Ge) {
+                    // 0 and 1 from the param block too: a driver that decides the comparison
+                    // (`x > x` is false) would otherwise see a literal 0 and fold what divides
+                    // by it.
+                    let (zero, one) = (self.constant(0.0), self.constant(1.0));
+                    return format!("select({zero}, {one}, {})", scalar(*op, &a));
+                }
+                let mut a = a;
+                if matches!(op, Op::Add | Op::Sub) && self.cancels(args[0], args[1], *op) {
+                    // Drivers fold `x - x` (and `x + -x`) to 0, which IEEE makes NaN for an
+                    // infinite or NaN `x`: hide that the right side is the same value by OR-ing
+                    // in a param word that is 0 at run time.
+                    let zero = self.e.param(0);
+                    a[1] = format!("bitcast<f32>(bitcast<u32>({}) | {zero})", a[1]);
+                }
                 scalar(*op, &a)
             }
+        }
+    }
+
+    /// The WGSL for an f32 constant: a param word, read once per kernel per value.
+    fn constant(&mut self, v: f32) -> String {
+        let bits = v.to_bits();
+        if let Some((_, wgsl)) = self.constants.iter().find(|(b, _)| *b == bits) {
+            return wgsl.clone();
+        }
+        let wgsl = format!("bitcast<f32>({})", self.e.param(bits as usize));
+        self.constants.push((bits, wgsl.clone()));
+        wgsl
+    }
+
+    /// Whether a driver could see `a OP b` as `x - x`: the same instruction, loads of the same
+    /// element, or one the negation of the other (for `add`).
+    fn cancels(&self, a: u32, b: u32, op: Op) -> bool {
+        let same = |x: u32, y: u32| {
+            x == y
+                || match (&self.p.insts[x as usize], &self.p.insts[y as usize]) {
+                    (Inst::Load(i), Inst::Load(j)) => {
+                        self.k.operands[*i as usize] == self.k.operands[*j as usize]
+                            && self.p.operands[*i as usize] == self.p.operands[*j as usize]
+                    }
+                    _ => false,
+                }
+        };
+        let negation = |x: u32, y: u32| matches!(&self.p.insts[x as usize], Inst::Map(Scalar::Op(Op::Neg), v) if same(v[0], y));
+        match op {
+            Op::Sub => same(a, b),
+            _ => negation(a, b) || negation(b, a),
         }
     }
 
@@ -494,7 +546,8 @@ fn gelu_tanh(x: &str) -> String {
 /// WGSL for an elementwise op of the IR at arguments `a`.
 fn scalar(op: Op, a: &[String]) -> String {
     let x = &a[0];
-    let cmp = |o: &str| format!("select(0.0, 1.0, {x} {o} {})", a[1]);
+    // A bool; `expr` turns it into 0.0 or 1.0.
+    let cmp = |o: &str| format!("{x} {o} {}", a[1]);
     match op {
         Op::Neg => format!("-{x}"),
         Op::Abs => format!("abs({x})"),

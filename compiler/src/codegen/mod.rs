@@ -2,7 +2,9 @@
 //!
 //! Every module has the same frame: binding 0 is the dispatch's param block (a uniform array
 //! of `vec4<u32>`, read through `p(i)`), bindings 1.. are the arenas the kernel touches
-//! (`array<f32>`; i32 values are stored as bit patterns). The body reads every extent, stride
+//! (`array<f32>`; i32 values are stored as bit patterns). A kernel that loads quads also binds
+//! such an arena a second time as `array<vec4<f32>>` (`arena{i}q`), only for reads at
+//! addresses that are multiples of 4 by construction. The body reads every extent, stride
 //! and offset from the param block, so the text depends only on the plan's structure and
 //! identical kernels are shared between dispatches.
 //!
@@ -20,6 +22,7 @@ pub mod numerics;
 use std::fmt::Write;
 
 use sinter_ir::DType;
+use sinter_ir::artifact::WORD_BYTES;
 
 use crate::kernel::KernelPlan;
 use crate::layout::BufferId;
@@ -53,11 +56,7 @@ pub struct KernelSource {
 /// the runtime refuses to run it on lavapipe rather than return a short result.
 pub const LOOP_BUDGET: u64 = 65535;
 
-pub fn emit(
-    plan: &KernelPlan,
-    mem: &MemoryPlan,
-    options: &crate::Options,
-) -> Result<KernelSource, crate::CompileError> {
+pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
         params: Vec::new(),
@@ -66,10 +65,12 @@ pub fn emit(
         refused: None,
         loop_iterations: 0,
         address_words: Vec::new(),
+        quads: Vec::new(),
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
-        KernelPlan::Matmul(k) => matmul::emit(&mut e, k, options.matmul_tile)?,
+        KernelPlan::Matmul(k) => matmul::emit(&mut e, k)?,
+        KernelPlan::SplitSum(k) => matmul::emit_split_sum(&mut e, k),
         KernelPlan::Conv2d(k) => conv::emit_conv(&mut e, k),
         KernelPlan::Pool2d(k) => conv::emit_pool(&mut e, k),
         KernelPlan::Gather(k) => conv::emit_gather(&mut e, k),
@@ -93,6 +94,8 @@ pub struct Emitter<'m> {
     refused: Option<(&'static str, String)>,
     loop_iterations: u64,
     address_words: Vec<[u32; 2]>,
+    /// Per arena binding: whether it is a `vec4<f32>` alias.
+    quads: Vec<bool>,
 }
 
 impl Emitter<'_> {
@@ -141,13 +144,32 @@ impl Emitter<'_> {
         format!("arena{}", self.arena_slot(buffer))
     }
 
+    /// The WGSL name of a binding of the arena that holds `buffer` as `array<vec4<f32>>`, for
+    /// loads of quads at element addresses that are multiples of 4 (index `address >> 2u`).
+    pub fn arena_quads(&mut self, buffer: BufferId) -> String {
+        format!("arena{}q", self.slot(buffer, true))
+    }
+
+    /// The element offset in its arena of element `offset` of `buffer` (what [`Emitter::base`]
+    /// puts in the param block), for alignment checks at compile time.
+    pub fn element_start(&self, buffer: BufferId, offset: usize) -> usize {
+        self.mem.placements[buffer.0 as usize].offset as usize / 4 + offset
+    }
+
     /// The arena binding slot (0-based, after the param block) that holds `buffer`.
     fn arena_slot(&mut self, buffer: BufferId) -> usize {
+        self.slot(buffer, false)
+    }
+
+    fn slot(&mut self, buffer: BufferId, quads: bool) -> usize {
         let arena = self.mem.placements[buffer.0 as usize].arena;
-        match self.arenas.iter().position(|&a| a == arena) {
+        let found =
+            (0..self.arenas.len()).find(|&i| self.arenas[i] == arena && self.quads[i] == quads);
+        match found {
             Some(i) => i,
             None => {
                 self.arenas.push(arena);
+                self.quads.push(quads);
                 self.arenas.len() - 1
             }
         }
@@ -157,7 +179,7 @@ impl Emitter<'_> {
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
-        let start = self.mem.placements[buffer.0 as usize].offset as usize / 4;
+        let start = (self.mem.placements[buffer.0 as usize].offset / WORD_BYTES) as usize;
         let slot = self.arena_slot(buffer) as u32;
         self.address_words.push([self.params.len() as u32, slot]);
         self.param(start + offset)
@@ -190,9 +212,14 @@ impl Emitter<'_> {
         writeln!(s, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
         writeln!(s, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
         for i in 0..self.arenas.len() {
+            let (name, ty) = if self.quads[i] {
+                (format!("arena{i}q"), "vec4<f32>")
+            } else {
+                (format!("arena{i}"), "f32")
+            };
             writeln!(
                 s,
-                "@group(0) @binding({}) var<storage, read_write> arena{i}: array<f32>;",
+                "@group(0) @binding({}) var<storage, read_write> {name}: array<{ty}>;",
                 i + 1
             )
             .unwrap();

@@ -58,7 +58,7 @@ fn rank(g: &Graph, c: Id) -> usize {
 
 /// `axes == [last]` with `keepdim` for a reduction over a tensor of rank `r`.
 fn over_last_axis(attrs: &Attrs, r: usize) -> bool {
-    attrs.of(key::AXES) == [r - 1] && attrs.of(key::KEEPDIM)
+    r > 0 && attrs.of(key::AXES) == [r - 1] && attrs.of(key::KEEPDIM)
 }
 
 /// The class `c` as the transpose of its last two axes: the class transposed.

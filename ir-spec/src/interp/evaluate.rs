@@ -33,6 +33,10 @@ pub struct EvalOptions {
     /// for an op's temporaries (counted as twice its results). A graph that needs more fails
     /// with [`EvalError::MemoryBudget`] before allocating, instead of aborting the process.
     pub memory_budget: u64,
+    /// Round every f32 result of a node to f32 (off by default: the interpreter's semantics are
+    /// exact). A GPU stores each value in f32, so with this a value that overflows f32 midway
+    /// is infinite in both, and differential tests compare like with like.
+    pub round_f32: bool,
 }
 
 /// 4 GiB.
@@ -42,6 +46,7 @@ impl Default for EvalOptions {
     fn default() -> EvalOptions {
         EvalOptions {
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            round_f32: false,
         }
     }
 }
@@ -140,7 +145,12 @@ pub fn evaluate_with(
         let names: Vec<String> = node.inputs.iter().map(|&v| g.name_of(v).into()).collect();
         let out_types: Vec<_> = node.outputs.iter().map(|&v| g.ty(v).clone()).collect();
         let results = eval_named(node.op, &node.attrs, &args, &out_types, &names)?;
-        for (&v, t) in node.outputs.iter().zip(results) {
+        for (&v, mut t) in node.outputs.iter().zip(results) {
+            if options.round_f32 && t.ty.dtype == DType::F32 {
+                for x in &mut t.data {
+                    *x = f64::from(*x as f32);
+                }
+            }
             values[v.index()] = Some(t);
         }
     }

@@ -136,6 +136,10 @@ struct MatmulArgs {
     /// Force a matmul block shape, BMxBNxBKxTMxTN (e.g. 128x128x16x8x8); repeat to compare.
     #[arg(long = "tile", value_parser = Tile::parse)]
     tiles: Vec<Tile>,
+    /// Force the number of K chunks (split-K; 1: none; one that does not divide K becomes the
+    /// largest count below it that does); repeat to compare.
+    #[arg(long = "split", value_parser = clap::value_parser!(u32).range(1..))]
+    splits: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -291,7 +295,7 @@ fn choice() -> Result<AdapterChoice, Failure> {
 }
 
 fn compile(src: &str, file: &str, max_binding: Option<u64>) -> Result<Artifact, Failure> {
-    compile_with_tile(src, file, max_binding, None)
+    compile_with_tile(src, file, max_binding, None, None)
 }
 
 fn compile_with_tile(
@@ -299,10 +303,12 @@ fn compile_with_tile(
     file: &str,
     max_binding: Option<u64>,
     tile: Option<Tile>,
+    split: Option<u32>,
 ) -> Result<Artifact, Failure> {
     let graph = sinter_ir::text::parse(src).map_err(|d| Failure::Error(d.render(file, src)))?;
     let mut options = sinter_compiler::Options {
         matmul_tile: tile,
+        matmul_split: split.map(|s| s as usize),
         ..Default::default()
     };
     if let Some(bytes) = max_binding {
@@ -553,17 +559,27 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
     } else {
         args.shapes.clone()
     };
-    let runs: Vec<(Shape, Option<Tile>)> = shapes
-        .iter()
-        .flat_map(|s| tiles.iter().map(move |&t| (s.clone(), t)))
-        .collect();
-    for (i, (shape, tile)) in runs.into_iter().enumerate() {
+    let splits: Vec<Option<u32>> = if args.splits.is_empty() {
+        vec![None]
+    } else {
+        args.splits.iter().copied().map(Some).collect()
+    };
+    let mut runs: Vec<(Shape, Option<Tile>, Option<u32>)> = Vec::new();
+    for s in &shapes {
+        for &t in &tiles {
+            for &split in &splits {
+                runs.push((s.clone(), t, split));
+            }
+        }
+    }
+    for (i, (shape, tile, split)) in runs.into_iter().enumerate() {
         let label = shape.label();
         let src = shape.program();
         let t = Instant::now();
-        let artifact = compile_with_tile(&src, "matmul.sir", args.max_binding, tile)?;
+        let artifact = compile_with_tile(&src, "matmul.sir", args.max_binding, tile, split)?;
         let compile_s = seconds(t);
         let tile_name = tile.map_or_else(|| "default".to_string(), |t| t.to_string());
+        let split_name = split.map_or_else(|| "default".to_string(), |s| s.to_string());
         let arenas = artifact.arenas.len();
         let t = Instant::now();
         let mut session = Session::load_with(artifact, &choice()?)?;
@@ -646,7 +662,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             format!("{}x{}", reference.points.len(), checked_runs),
         ));
         eprintln!(
-            "#   {label} tile {tile_name}: {} dispatch(es), {} kernel(s), {arenas} arena(s); compile {compile_s:.2} s, \
+            "#   {label} tile {tile_name} split {split_name}: {} dispatch(es), {} kernel(s), {arenas} arena(s); compile {compile_s:.2} s, \
              load {load_s:.2} s, reference {reference_s:.2} s; floor: FLOPs {} ms, bytes {} ms",
             profile.dispatches.len(),
             profile.kernels.len(),
@@ -668,6 +684,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             ("k", Json::Int(shape.k as u64)),
             ("cols", Json::Int(shape.n as u64)),
             ("tile", Json::Str(tile_name.clone())),
+            ("split", Json::Str(split_name.clone())),
             ("repeats", Json::Int(u64::from(args.repeats))),
             ("kernel_ms", Json::Num(kernel_ns / 1e6)),
             ("gpu_ms", Json::Num(profile.gpu_ns / 1e6)),

@@ -1,0 +1,244 @@
+//! Attention found by rewriting: for attentions written every way a user writes them (the
+//! composite with each mask, by hand from matmul and softmax, in `[B, S, H, D]` layout, with
+//! broadcast heads, ragged lengths, forward only), the optimizer under `--attention flash` puts
+//! the flash kernels the case allows in place of the `[Sq, Sk]` products, and the kernel graph
+//! it returns computes what the source computes (flash kernels by their f64 semantics).
+
+mod common;
+
+use common::{Rng, close, inputs, program};
+use sinter_compiler::flash::FlashKind;
+use sinter_compiler::kgraph::{KernelGraph, KernelOp, evaluate};
+use sinter_compiler::optimize::{AttentionPolicy, Config, optimize};
+use sinter_ir::Op;
+use sinter_ir::interp::evaluate as interp;
+
+struct Case {
+    name: &'static str,
+    /// The graph's body, between the inputs and the outputs.
+    src: String,
+    /// The flash kernels the optimizer must use.
+    want: &'static [FlashKind],
+    /// Query and key lengths: with all three kernels, no stored value has `[.., Sq, Sk]` shape.
+    sq: usize,
+    sk: usize,
+}
+
+fn flash_kinds(kg: &KernelGraph) -> Vec<FlashKind> {
+    let mut kinds: Vec<FlashKind> = kg
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            KernelOp::Flash(spec) => Some(spec.kind),
+            _ => None,
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// Values a kernel stores with shape `[.., sq, sk]` (views excluded).
+fn stored_scores(kg: &KernelGraph, sq: usize, sk: usize) -> Vec<String> {
+    let view = |op: &KernelOp| {
+        matches!(
+            op,
+            KernelOp::Ir(
+                Op::Transpose
+                    | Op::Permute
+                    | Op::Reshape
+                    | Op::BroadcastTo
+                    | Op::Unsqueeze
+                    | Op::Squeeze
+                    | Op::Constant
+                    | Op::Iota,
+                _
+            )
+        )
+    };
+    kg.nodes
+        .iter()
+        .filter(|n| !view(&n.op))
+        .flat_map(|n| &n.outputs)
+        .filter(|&&v| kg.ty(v).shape.ends_with(&[sq, sk]))
+        .map(|&v| kg.values[v.0 as usize].name.clone())
+        .collect()
+}
+
+fn check(case: &Case) {
+    let g = program(&case.src);
+    let mut rng = Rng(0xa77e);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let config = Config {
+        attention: AttentionPolicy::Flash,
+        ..Config::default()
+    };
+    let (kg, report) = optimize(&g, &config);
+    let mut expected = case.want.to_vec();
+    expected.sort();
+    assert_eq!(
+        flash_kinds(&kg),
+        expected,
+        "{}: flash kernels\n{report}",
+        case.name
+    );
+    if case.want.len() == 3 {
+        let scores = stored_scores(&kg, case.sq, case.sk);
+        assert!(
+            scores.is_empty(),
+            "{}: [Sq, Sk] values stored: {scores:?}",
+            case.name
+        );
+    }
+    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(
+            close(a, w),
+            "{}: output {n}\n got {a}\n want {w}",
+            case.name
+        );
+    }
+    // the unfused policy keeps values too, with no flash kernel
+    let (kg, _) = optimize(
+        &g,
+        &Config {
+            attention: AttentionPolicy::Unfused,
+            ..Config::default()
+        },
+    );
+    assert!(flash_kinds(&kg).is_empty(), "{}: unfused", case.name);
+    let got = evaluate(&kg, &feed, &persistent).expect("the unfused graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(close(a, w), "{}: unfused output {n}", case.name);
+    }
+}
+
+const ALL: &[FlashKind] = &[
+    FlashKind::Forward,
+    FlashKind::BackwardDq,
+    FlashKind::BackwardDkDv,
+];
+
+/// A training-step body: `o` from `attention`, a loss through a weight, gradients of q, k, v.
+fn step(inputs: &str, attention: &str) -> String {
+    format!(
+        "graph t {{\n{inputs}\n  o = {attention}\n  loss = sum(mul(o, w))\n  dq, dk, dv = grad(loss, q, k, v)\n  output loss, o, dq, dk, dv\n}}\n"
+    )
+}
+
+const QKV: &str = "  input q: f32[2, 2, 7, 4]\n  param k: f32[2, 2, 11, 4] = normal(seed=1)\n  param v: f32[2, 2, 11, 6] = normal(seed=2)\n  input w: f32[2, 2, 7, 6]";
+
+#[test]
+fn the_composite_with_every_mask() {
+    for (name, attention, extra) in [
+        ("no mask", "attention(q, k, v)", ""),
+        ("causal", "attention(q, k, v, causal=true)", ""),
+        ("scaled", "attention(q, k, v, scale=0.3)", ""),
+        ("window", "attention(q, k, v, window=3)", ""),
+        (
+            "causal window",
+            "attention(q, k, v, causal=true, window=4)",
+            "",
+        ),
+        (
+            "boolean mask",
+            "attention(q, k, v, m)",
+            "\n  input m: i32[7, 11]",
+        ),
+        (
+            "additive mask",
+            "attention(q, k, v, m, mask_kind=\"additive\")",
+            "\n  input m: f32[2, 1, 7, 11]",
+        ),
+    ] {
+        check(&Case {
+            name,
+            src: step(&format!("{QKV}{extra}"), attention),
+            want: ALL,
+            sq: 7,
+            sk: 11,
+        });
+    }
+}
+
+#[test]
+fn attention_written_by_hand() {
+    // scale on the product, softmax, no composite anywhere
+    let src = step(
+        QKV,
+        "matmul(softmax(mul(matmul(q, transpose(k, dim0=2, dim1=3)), 0.5), axis=3), v)",
+    );
+    check(&Case {
+        name: "by hand",
+        src,
+        want: ALL,
+        sq: 7,
+        sk: 11,
+    });
+    // the scale on q, a causal mask from iota
+    let src = format!(
+        "graph t {{\n{QKV}\n  row = iota(shape=[7, 11], axis=0)\n  col = iota(shape=[7, 11], axis=1)\n  s = matmul(mul(q, 0.5), transpose(k, dim0=2, dim1=3))\n  p = softmax(where(le(col, row), s, -inf), axis=3)\n  o = matmul(p, v)\n  loss = sum(mul(o, w))\n  dq, dk, dv = grad(loss, q, k, v)\n  output loss, o, dq, dk, dv\n}}\n"
+    );
+    check(&Case {
+        name: "by hand, causal from iota",
+        src,
+        want: ALL,
+        sq: 7,
+        sk: 11,
+    });
+}
+
+#[test]
+fn batch_sequence_heads_layout() {
+    // [B, S, H, D] tensors, permuted into heads-first views as a model does
+    let src = "graph t {
+  input x: f32[2, 7, 2, 4]
+  param ky: f32[2, 11, 2, 4] = normal(seed=1)
+  param vy: f32[2, 11, 2, 6] = normal(seed=2)
+  input w: f32[2, 7, 2, 6]
+  q = permute(x, perm=[0, 2, 1, 3])
+  k = permute(ky, perm=[0, 2, 1, 3])
+  v = permute(vy, perm=[0, 2, 1, 3])
+  a = attention(q, k, v, causal=true)
+  o = permute(a, perm=[0, 2, 1, 3])
+  loss = sum(mul(o, w))
+  dx, dk, dv = grad(loss, x, ky, vy)
+  output loss, o, dx, dk, dv
+}
+"
+    .to_string();
+    check(&Case {
+        name: "[B, S, H, D]",
+        src,
+        want: ALL,
+        sq: 7,
+        sk: 11,
+    });
+}
+
+#[test]
+fn broadcast_heads_and_forward_only() {
+    // one key/value head shared by every query head (multi-query attention): the forward and
+    // dQ kernels broadcast it; dK and dV sum over the heads, which the dK/dV kernel does not
+    // (by hand: the composite wants equal heads; matmul broadcasts batch axes)
+    let src = step(
+        "  input q: f32[2, 3, 7, 4]\n  param k: f32[2, 1, 11, 4] = normal(seed=1)\n  param v: f32[2, 1, 11, 6] = normal(seed=2)\n  input w: f32[2, 3, 7, 6]",
+        "matmul(softmax(mul(matmul(q, transpose(k, dim0=2, dim1=3)), 0.5), axis=3), v)",
+    );
+    check(&Case {
+        name: "broadcast heads",
+        src,
+        want: &[FlashKind::Forward, FlashKind::BackwardDq],
+        sq: 7,
+        sk: 11,
+    });
+    // inference: the forward kernel alone
+    let src = format!("graph t {{\n{QKV}\n  o = attention(q, k, v, causal=true)\n  output o\n}}\n");
+    check(&Case {
+        name: "forward only",
+        src,
+        want: &[FlashKind::Forward],
+        sq: 7,
+        sk: 11,
+    });
+}
