@@ -3,13 +3,25 @@
 //!
 //! **Tiling.** A workgroup of 256 threads, a 16 × 16 grid `(tx, ty)`, owns a block of 64 "rows"
 //! (queries for the forward and dQ, keys for dK/dV) and walks the "columns" (the other side) in
-//! blocks of 32. Thread `(tx, ty)` holds the score micro-tile of rows `ty + 16·a` (a < 4) and
-//! columns `tx + 16·b` (b < 2) in registers, and accumulates the rows' outputs over columns
-//! `tx + 16·c` of the result. Products over the head dimension stage 16-wide chunks of both
-//! operands in workgroup memory (transposed, padded against bank conflicts); products over the
-//! column block read a 64 × 32 tile of probabilities from workgroup memory and stage 64-wide
-//! chunks of the streamed operand. Row statistics (max, sum) combine the 16 threads of a row
-//! through workgroup memory.
+//! blocks of 64. Thread `(tx, ty)` holds the 4 × 4 score micro-tile of rows `ty + 16·a` and
+//! columns `tx + 16·b` (a, b < 4) in registers, and accumulates the same rows' outputs over the
+//! column quads `tx + 16·q` (columns `4·(tx + 16·q) ..+ 4`, q < ⌈width / 64⌉) as `vec4`s.
+//!
+//! **Stages.** All operands reach workgroup memory (one `array<vec4<f32>>`, ≤ 32 KiB) in
+//! *stages* of one `vec4` per thread, double-buffered: a stage is stored, a barrier passes, the
+//! next stage's global loads are issued into registers, the stage is computed, the next one is
+//! stored into the other buffer, a barrier passes — one barrier per stage, global latency hidden
+//! behind the products. A head-dimension product (`Q·Kᵀ`, `dO·Vᵀ`) stages 16-wide chunks of both
+//! operands row-major (rows padded to 20 words, so the `vec4` reads of 8 consecutive threads
+//! fall in distinct banks) and reads them as `vec4`s along the head dimension; a column product
+//! (`P·V`, `G·K`, …) reads the tile (`P` or `G`, 64 × 68 words, aliasing the product buffers)
+//! as `vec4`s along its row and the streamed operand as `vec4`s along its width, 16·64/width
+//! rows a stage. Loops over stages have compile-time trip counts; the head dimensions are
+//! WGSL constants.
+//!
+//! **Softmax.** The forward's row maxima combine the 16 threads of a row through workgroup
+//! memory once per block; the row sums stay per thread (each rescaled by the row's common
+//! factor) and combine once at the end.
 //!
 //! **Masks.** The score function is the graph's own program, called per element; a column
 //! block is skipped, in uniform control flow, when an interval evaluation of that program over
@@ -17,28 +29,44 @@
 //! halves a causal attention's work.
 //!
 //! **Limits.** Any sequence lengths (ragged blocks are masked), head dimensions up to 256 (the
-//! accumulators are 4 · ⌈d/16⌉ registers), batch axes with broadcasting. Every fixed-trip loop
-//! is written out, so an invocation runs `⌈S/32⌉ · (⌈d/16⌉ + ⌈dv/64⌉ + …)` loop iterations in
-//! all; barriers sit in uniform control flow.
+//! accumulators are 16 · ⌈d/64⌉ registers), batch axes with broadcasting. An invocation runs
+//! `⌈S/64⌉ · (1 + stages)` loop iterations, stages being `⌈d/16⌉` per head-dimension product and
+//! 64 / rows-per-stage per column product; barriers sit in uniform control flow.
 
 use std::fmt::Write;
 
 use sinter_ir::DType;
 
 use super::fused::{FusedKernel, emit_elementwise_fn};
-use super::{Emitter, MAX_GROUPS, WORKGROUP, decompose};
+use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, WORKGROUP, decompose};
 use crate::flash::FlashKind;
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
 
-/// Rows per workgroup, columns per block, head-dimension chunk, value chunk.
+/// Rows per workgroup, columns per block, head-dimension chunk of a product stage.
 const BR: usize = 64;
-const BC: usize = 32;
+const BC: usize = 64;
 const DC: usize = 16;
-const VC: usize = 64;
 /// Largest head dimension (the accumulators live in registers).
 pub const MAX_HEAD_DIM: usize = 256;
+
+// Workgroup memory, in quads (`vec4<f32>`). Product stages: two buffers, each the 64 rows of
+// `A` then the 64 of `B`, rows of `DC` words padded to `P_ROW` quads. The tile (`P` or `G`):
+// `BR` rows of `T_ROW` quads, over the product buffers (it is written after the products and
+// read before the next block's). Column-product stages: two buffers of `X_SLOT` quads. The
+// forward's row statistics: `BR` rows of 16 words.
+const P_ROW: usize = DC / 4 + 1;
+const P_B: usize = BR * P_ROW;
+const P_SLOT: usize = (BR + BC) * P_ROW;
+const T_ROW: usize = BC / 4 + 1;
+const X_AT: usize = 2 * P_SLOT;
+const X_SLOT: usize = 256;
+const RED_AT: usize = X_AT + 2 * X_SLOT;
+const RED_QUADS: usize = BR * 16 / 4;
+const _: () = assert!(BR * T_ROW <= X_AT && RED_AT + RED_QUADS <= 2048);
+// a product stage is one quad of A and one of B per thread
+const _: () = assert!(DC * BR / 4 == WORKGROUP as usize && DC * BC / 4 == WORKGROUP as usize);
 
 /// An operand read as `[batch.., rows, cols]`: its arena, base word and the param words of its
 /// strides.
@@ -67,16 +95,13 @@ impl Mat {
     fn at(&self, row: &str, col: &str) -> String {
         format!(
             "{}_base + ({row}) * {} + ({col}) * {}",
-            self.name(),
-            self.row,
-            self.col
+            self.base, self.row, self.col
         )
     }
 
-    fn name(&self) -> &str {
-        // the base variable is named after the arena word holding the base, made unique by
-        // the caller through `bind`
-        &self.base
+    /// The element at `[row, col]`.
+    fn load(&self, row: &str, col: &str) -> String {
+        format!("{}[{}]", self.arena, self.at(row, col))
     }
 }
 
@@ -94,17 +119,12 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
     }
 }
 
-fn load(m: &Mat, row: &str, col: &str) -> String {
-    format!("{}[{}]", m.arena, m.at(row, col))
-}
-
 pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let nb = k.batch.len();
-    let (rows_len, blocks_of) = match k.spec.kind {
-        FlashKind::Forward | FlashKind::BackwardDq => (k.sq, k.sq),
-        FlashKind::BackwardDkDv => (k.sk, k.sk),
+    let blocks_of = match k.spec.kind {
+        FlashKind::Forward | FlashKind::BackwardDq => k.sq,
+        FlashKind::BackwardDkDv => k.sk,
     };
-    let _ = rows_len;
     let batch: usize = k.batch.iter().product();
     let blocks = blocks_of.div_ceil(BR);
     if k.d > MAX_HEAD_DIM || k.dv > MAX_HEAD_DIM {
@@ -148,26 +168,10 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         ));
     }
     s.push_str(&tile_dead_fn(&k.spec.score, nb));
-    let nv_out = match k.spec.kind {
-        FlashKind::Forward => k.dv,
-        FlashKind::BackwardDq => k.d,
-        FlashKind::BackwardDkDv => k.d.max(k.dv),
-    };
-    let nv = nv_out.div_ceil(16).max(1);
-    writeln!(s, "const BR: u32 = {BR}u;\nconst BC: u32 = {BC}u;").unwrap();
-    writeln!(s, "var<workgroup> At: array<f32, {}>;", DC * (BR + 1)).unwrap();
-    writeln!(s, "var<workgroup> Bt: array<f32, {}>;", DC * (BC + 1)).unwrap();
-    writeln!(s, "var<workgroup> Ps: array<f32, {}>;", BR * (BC + 1)).unwrap();
-    let two_tiles = k.spec.kind == FlashKind::BackwardDkDv;
-    if two_tiles {
-        writeln!(s, "var<workgroup> Gs: array<f32, {}>;", BR * (BC + 1)).unwrap();
-    }
-    writeln!(s, "var<workgroup> Vs: array<f32, {}>;", BC * VC).unwrap();
-    // row statistics: only the forward combines rows (its online softmax)
     let forward = k.spec.kind == FlashKind::Forward;
-    if forward {
-        writeln!(s, "var<workgroup> red: array<f32, {}>;", BR * 17).unwrap();
-    }
+    let quads = if forward { RED_AT + RED_QUADS } else { RED_AT };
+    writeln!(s, "const D: u32 = {}u;\nconst DV: u32 = {}u;", k.d, k.dv).unwrap();
+    writeln!(s, "var<workgroup> sm: array<vec4<f32>, {quads}>;").unwrap();
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(
         s,
@@ -175,24 +179,22 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     )
     .unwrap();
     writeln!(s, "    let tx = lid % 16u;\n    let ty = lid / 16u;").unwrap();
-    let dims = e.params(&k.batch);
-    decompose(&mut s, "    ", "wid.y", "b", &dims);
-    let (sq, sk, d, dv) = (e.param(k.sq), e.param(k.sk), e.param(k.d), e.param(k.dv));
+    // per-thread quad offsets: a product stage's store, the A and B rows read, the tile's
+    // element written (quad and component) and its rows read
     writeln!(
         s,
-        "    let SQ = {sq};\n    let SK = {sk};\n    let D = {d};\n    let DV = {dv};"
+        "    let st_p = (lid / 4u) * {P_ROW}u + lid % 4u;\n    let ra = ty * {P_ROW}u;\n    let rb = {P_B}u + tx * {P_ROW}u;\n    let tw = ty * {T_ROW}u + tx / 4u;\n    let tc = tx % 4u;\n    let rt = ty * {T_ROW}u;"
     )
     .unwrap();
-    writeln!(s, "    let row0 = wid.x * BR;").unwrap();
+    let dims = e.params(&k.batch);
+    decompose(&mut s, "    ", "wid.y", "b", &dims);
+    let (sq, sk) = (e.param(k.sq), e.param(k.sk));
+    writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
+    writeln!(s, "    let row0 = wid.x * {BR}u;").unwrap();
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
     let v = bind(&mut s, e, "v", &k.v, nb);
-    let mut cx = Body {
-        s,
-        nv,
-        nb,
-        loops: 0,
-    };
+    let mut cx = Body { s, nb, stages: 0 };
     match k.spec.kind {
         FlashKind::Forward => {
             let o = bind(&mut cx.s, e, "o", &k.outputs[0], nb);
@@ -209,33 +211,107 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
                 .enumerate()
                 .map(|(i, view)| bind(&mut cx.s, e, &format!("out{i}"), view, nb))
                 .collect();
+            let ops = Operands {
+                q: &q,
+                k: &kk,
+                v: &v,
+                d_o: &d_o,
+                lse: &lse,
+                delta: &delta,
+            };
             if k.spec.kind == FlashKind::BackwardDq {
-                cx.backward_dq(&q, &kk, &v, &d_o, &lse, &delta, &outs[0], k);
+                cx.backward_dq(&ops, &outs[0], k);
             } else {
-                cx.backward_dkdv(&q, &kk, &v, &d_o, &lse, &delta, &outs, k);
+                cx.backward_dkdv(&ops, &outs, k);
             }
         }
     }
-    e.loop_trips(cx.loops);
+    // the column-block loop and, per block, the stage loops
+    let trips = blocks_of_columns(k) as u64;
+    e.loop_trips(trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
-    let words = DC * (BR + 1)
-        + DC * (BC + 1)
-        + BR * (BC + 1) * if two_tiles { 2 } else { 1 }
-        + BC * VC
-        + if forward { BR * 17 } else { 0 };
-    let bytes = words as u64 * sinter_ir::artifact::WORD_BYTES;
-    (s, [blocks as u32, batch as u32, 1], bytes as u32)
+    (s, [blocks as u32, batch as u32, 1], (quads * 16) as u32)
+}
+
+/// Column blocks a workgroup walks.
+fn blocks_of_columns(k: &Flash) -> usize {
+    match k.spec.kind {
+        FlashKind::Forward | FlashKind::BackwardDq => k.sk.div_ceil(BC),
+        FlashKind::BackwardDkDv => k.sq.div_ceil(BC),
+    }
+}
+
+/// The backward kernels' inputs.
+struct Operands<'a> {
+    q: &'a Mat,
+    k: &'a Mat,
+    v: &'a Mat,
+    d_o: &'a Mat,
+    lse: &'a Mat,
+    delta: &'a Mat,
+}
+
+/// A block of rows of an operand: the matrix, its first row and its row count (WGSL exprs).
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    m: &'a Mat,
+    row0: &'a str,
+    rows: &'a str,
+}
+
+/// `acc[a][b] = Σ_d A[a.row0 + ty + 16a, d] · B[b.row0 + tx + 16b, d]` over `d < len`, `acc` a
+/// `array<vec4<f32>, 4>` (component b).
+struct Product<'a> {
+    acc: &'a str,
+    a: Rows<'a>,
+    b: Rows<'a>,
+    len: usize,
+}
+
+impl Product<'_> {
+    fn stages(&self) -> usize {
+        self.len.div_ceil(DC)
+    }
+}
+
+/// `acc[a·nq + q] += Σ_c T[ty + 16a, c] · X[x.row0 + c, 4·(tx + 16q) ..+ 4]` over the block's
+/// columns `c`, for the tile `T` in workgroup memory; `acc` an `array<vec4<f32>, 4·nq>`.
+struct ColumnProduct<'a> {
+    acc: &'a str,
+    x: Rows<'a>,
+    width: usize,
+}
+
+impl ColumnProduct<'_> {
+    /// Quads of the accumulator per row.
+    fn nq(&self) -> usize {
+        self.width.div_ceil(64).max(1)
+    }
+
+    /// Quads per staged row of X.
+    fn row_quads(&self) -> usize {
+        16 * self.nq()
+    }
+
+    /// X rows per stage.
+    fn rows_per_stage(&self) -> usize {
+        16 / self.nq().next_power_of_two()
+    }
+
+    fn stages(&self) -> usize {
+        BC / self.rows_per_stage()
+    }
 }
 
 struct Body {
     s: String,
-    /// Output columns per thread: `⌈width / 16⌉`.
-    nv: usize,
     nb: usize,
-    /// Loop iterations one invocation runs (see `LOOP_BUDGET`).
-    loops: u64,
+    /// Stage-loop iterations per column block.
+    stages: u64,
 }
+
+const COMP: [&str; 4] = ["x", "y", "z", "w"];
 
 impl Body {
     fn line(&mut self, indent: usize, text: &str) {
@@ -252,278 +328,6 @@ impl Body {
         a.join(", ")
     }
 
-    /// `T[a][b] = Σ_d A[row0 + ty + 16a, d] · B[col0 + tx + 16b, d]` over `len` (a WGSL
-    /// expression) in 16-wide chunks staged transposed; `A`/`B` rows past `a_rows`/`b_rows`
-    /// read as 0. Leaves `T` in `var t: array<f32, 8>` named `acc_name`.
-    #[allow(clippy::too_many_arguments)]
-    fn product(
-        &mut self,
-        acc_name: &str,
-        a: &Mat,
-        a_row0: &str,
-        a_rows: &str,
-        b: &Mat,
-        b_row0: &str,
-        b_rows: &str,
-        len: &str,
-        trips: u64,
-    ) {
-        self.line(2, &format!("var {acc_name}: array<f32, 8>;"));
-        self.line(
-            2,
-            &format!("for (var d0 = 0u; d0 < {len}; d0 = d0 + {DC}u) {{"),
-        );
-        self.loops += trips;
-        // stage A: BR x DC = 1024 words, 4 per thread, d fastest
-        for u in 0..(BR * DC / WORKGROUP as usize) {
-            self.line(
-                3,
-                &format!(
-                    "{{ let e = lid + {}u; let rr = e / {DC}u; let dd = e % {DC}u; let gr = {a_row0} + rr; let gd = d0 + dd;\n  At[dd * {}u + rr] = select(0.0, {}, gr < {a_rows} && gd < {len}); }}",
-                    u * WORKGROUP as usize,
-                    BR + 1,
-                    load(a, &format!("min(gr, {a_rows} - 1u)"), &format!("min(gd, {len} - 1u)"))
-                ),
-            );
-        }
-        for u in 0..(BC * DC / WORKGROUP as usize) {
-            self.line(
-                3,
-                &format!(
-                    "{{ let e = lid + {}u; let rr = e / {DC}u; let dd = e % {DC}u; let gr = {b_row0} + rr; let gd = d0 + dd;\n  Bt[dd * {}u + rr] = select(0.0, {}, gr < {b_rows} && gd < {len}); }}",
-                    u * WORKGROUP as usize,
-                    BC + 1,
-                    load(b, &format!("min(gr, {b_rows} - 1u)"), &format!("min(gd, {len} - 1u)"))
-                ),
-            );
-        }
-        self.line(3, "workgroupBarrier();");
-        for dd in 0..DC {
-            let mut t = String::new();
-            for ai in 0..4 {
-                write!(
-                    t,
-                    "let a{ai} = At[{}u + ty + {}u]; ",
-                    dd * (BR + 1),
-                    16 * ai
-                )
-                .unwrap();
-            }
-            for bi in 0..2 {
-                write!(
-                    t,
-                    "let b{bi} = Bt[{}u + tx + {}u]; ",
-                    dd * (BC + 1),
-                    16 * bi
-                )
-                .unwrap();
-            }
-            for ai in 0..4 {
-                for bi in 0..2 {
-                    write!(
-                        t,
-                        "{acc_name}[{}] = fma(a{ai}, b{bi}, {acc_name}[{}]); ",
-                        ai * 2 + bi,
-                        ai * 2 + bi
-                    )
-                    .unwrap();
-                }
-            }
-            self.line(3, &format!("{{ {t}}}"));
-        }
-        self.line(3, "workgroupBarrier();");
-        self.line(2, "}");
-    }
-
-    /// `acc[a][c] += Σ_col T[a][col] · X[col0 + col, c]` for the tile `T` in `tile` (a 64 × 32
-    /// workgroup array) and output columns `tx + 16c` of width `width`, the streamed operand `X`
-    /// staged in 64-wide chunks; `X` rows past `x_rows` read as 0.
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate(
-        &mut self,
-        acc: &str,
-        tile: &str,
-        x: &Mat,
-        col0: &str,
-        x_rows: &str,
-        width: &str,
-        trips: u64,
-    ) {
-        self.line(
-            2,
-            &format!("for (var v0 = 0u; v0 < {width}; v0 = v0 + {VC}u) {{"),
-        );
-        self.loops += trips;
-        for u in 0..(BC * VC / WORKGROUP as usize) {
-            self.line(
-                3,
-                &format!(
-                    "{{ let e = lid + {}u; let cc = e / {VC}u; let vc = e % {VC}u; let gr = {col0} + cc; let gc = v0 + vc;\n  Vs[e] = select(0.0, {}, gr < {x_rows} && gc < {width}); }}",
-                    u * WORKGROUP as usize,
-                    load(x, &format!("min(gr, {x_rows} - 1u)"), &format!("min(gc, {width} - 1u)"))
-                ),
-            );
-        }
-        self.line(3, "workgroupBarrier();");
-        // this chunk's four output columns of the thread: tx + 16·q, q < 4
-        self.line(3, "let c0 = v0 / 16u;");
-        self.line(3, "var part: array<f32, 16>;");
-        for col in 0..BC {
-            let mut t = String::new();
-            for ai in 0..4 {
-                write!(
-                    t,
-                    "let p{ai} = {tile}[(ty + {}u) * {}u + {col}u]; ",
-                    16 * ai,
-                    BC + 1
-                )
-                .unwrap();
-            }
-            for qi in 0..4 {
-                write!(t, "let x{qi} = Vs[{}u + tx + {}u]; ", col * VC, 16 * qi).unwrap();
-            }
-            for ai in 0..4 {
-                for qi in 0..4 {
-                    write!(
-                        t,
-                        "part[{}] = fma(p{ai}, x{qi}, part[{}]); ",
-                        ai * 4 + qi,
-                        ai * 4 + qi
-                    )
-                    .unwrap();
-                }
-            }
-            self.line(3, &format!("{{ {t}}}"));
-        }
-        let nv = self.nv;
-        for ai in 0..4 {
-            for qi in 0..4 {
-                self.line(
-                    3,
-                    &format!(
-                        "if (c0 + {qi}u < {nv}u) {{ {acc}[{ai}u * {nv}u + c0 + {qi}u] = {acc}[{ai}u * {nv}u + c0 + {qi}u] + part[{}]; }}",
-                        ai * 4 + qi
-                    ),
-                );
-            }
-        }
-        self.line(3, "workgroupBarrier();");
-        self.line(2, "}");
-    }
-
-    /// `dst[a] = combine over the 16 threads of row ty + 16a of src[a]` (both WGSL arrays or
-    /// expressions indexed by `a`), through `red`.
-    fn row_combine(&mut self, dst: &str, src: &dyn Fn(usize) -> String, max: bool, init: &str) {
-        self.line(2, "workgroupBarrier();");
-        for ai in 0..4 {
-            self.line(
-                2,
-                &format!("red[(ty + {}u) * 17u + tx] = {};", 16 * ai, src(ai)),
-            );
-        }
-        self.line(2, "workgroupBarrier();");
-        for ai in 0..4 {
-            let mut t = format!("var r = {init}; ");
-            for x in 0..16 {
-                let v = format!("red[(ty + {}u) * 17u + {x}u]", 16 * ai);
-                if max {
-                    write!(t, "r = max_nan(r, {v}); ").unwrap();
-                } else {
-                    write!(t, "r = r + {v}; ").unwrap();
-                }
-            }
-            self.line(2, &format!("{{ {t}{dst}[{ai}] = r; }}"));
-        }
-    }
-
-    fn forward(&mut self, q: &Mat, k: &Mat, v: &Mat, o: &Mat, l: &Mat, f: &Flash) {
-        let nv = self.nv;
-        let chunks = f.d.div_ceil(DC) as u64;
-        let vchunks = f.dv.div_ceil(VC) as u64;
-        let blocks = f.sk.div_ceil(BC) as u64;
-        self.line(1, "var m: array<f32, 4>;\n    var l: array<f32, 4>;");
-        self.line(1, &format!("var acc: array<f32, {}>;", 4 * nv));
-        self.line(1, "for (var a = 0u; a < 4u; a = a + 1u) { m[a] = bitcast<f32>(0xff800000u); l[a] = 0.0; }");
-        self.loops += 4;
-        self.line(1, "let blocks = (SK + BC - 1u) / BC;");
-        self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
-        self.loops += blocks;
-        self.line(1, "let col0 = kb * BC;");
-        let dead = self.dead(("row0", "row0 + BR - 1u"), ("col0", "col0 + BC - 1u"));
-        self.line(1, &format!("if (!{dead}) {{"));
-        self.product("x", q, "row0", "SQ", k, "col0", "SK", "D", blocks * chunks);
-        // scores, masked past the ends
-        for ai in 0..4 {
-            for bi in 0..2 {
-                let (i, j) = (
-                    format!("row0 + ty + {}u", 16 * ai),
-                    format!("col0 + tx + {}u", 16 * bi),
-                );
-                self.line(
-                    2,
-                    &format!(
-                        "x[{n}] = select(bitcast<f32>(0xff800000u), score(x[{n}], {}), {j} < SK);",
-                        self.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)")),
-                        n = ai * 2 + bi
-                    ),
-                );
-            }
-        }
-        self.line(2, "var mb: array<f32, 4>;");
-        self.row_combine(
-            "mb",
-            &|a| format!("max_nan(x[{}], x[{}])", a * 2, a * 2 + 1),
-            true,
-            "bitcast<f32>(0xff800000u)",
-        );
-        self.line(
-            2,
-            "var alpha: array<f32, 4>;\n        var ps: array<f32, 4>;",
-        );
-        for ai in 0..4 {
-            self.line(
-                2,
-                &format!(
-                    "{{ let mn = max_nan(m[{ai}], mb[{ai}]); let ms = select(mn, 0.0, mn == bitcast<f32>(0xff800000u));\n  alpha[{ai}] = exp(m[{ai}] - ms); m[{ai}] = mn;\n  let p0 = exp(x[{a0}] - ms); let p1 = exp(x[{a1}] - ms);\n  Ps[(ty + {r}u) * {w}u + tx] = p0; Ps[(ty + {r}u) * {w}u + tx + 16u] = p1; ps[{ai}] = p0 + p1; }}",
-                    a0 = ai * 2,
-                    a1 = ai * 2 + 1,
-                    r = 16 * ai,
-                    w = BC + 1
-                ),
-            );
-        }
-        self.line(2, "var sb: array<f32, 4>;");
-        self.row_combine("sb", &|a| format!("ps[{a}]"), false, "0.0");
-        for ai in 0..4 {
-            self.line(
-                2,
-                &format!(
-                    "l[{ai}] = l[{ai}] * alpha[{ai}] + sb[{ai}];\n        for (var c = 0u; c < {nv}u; c = c + 1u) {{ acc[{ai}u * {nv}u + c] = acc[{ai}u * {nv}u + c] * alpha[{ai}]; }}"
-                ),
-            );
-            self.loops += blocks * nv as u64;
-        }
-        self.line(2, "workgroupBarrier();");
-        self.accumulate("acc", "Ps", v, "col0", "SK", "DV", blocks * vchunks);
-        self.line(1, "}");
-        self.line(1, "}");
-        // results
-        for ai in 0..4 {
-            self.line(
-                1,
-                &format!(
-                    "{{ let i = row0 + ty + {r}u;\n  if (i < SQ) {{\n    for (var c = 0u; c < {nv}u; c = c + 1u) {{ let col = tx + 16u * c; if (col < DV) {{ {}[{}] = acc[{ai}u * {nv}u + c] / l[{ai}]; }} }}\n    if (tx == 0u) {{ {}[{}] = select(m[{ai}] + log(l[{ai}]), bitcast<f32>(0x7fc00000u), m[{ai}] == bitcast<f32>(0xff800000u)); }}\n  }}\n}}",
-                    o.arena,
-                    o.at("i", "col"),
-                    l.arena,
-                    l.at("i", "0u"),
-                    r = 16 * ai
-                ),
-            );
-            self.loops += nv as u64;
-        }
-    }
-
     /// `tile_dead`'s arguments for query range `i` and key range `j` (each `lo, hi`).
     fn dead(&self, i: (&str, &str), j: (&str, &str)) -> String {
         let mut a: Vec<String> = (0..self.nb).map(|x| format!("b{x}")).collect();
@@ -531,205 +335,635 @@ impl Body {
         format!("tile_dead({})", a.join(", "))
     }
 
-    /// `P` and `dS`-derived `G` of the tile at (rows, columns) = (`ri`, `cj`): `x` holds the raw
-    /// products, `y` the `dP` products; `lse`/`delta` are read per query.
-    #[allow(clippy::too_many_arguments)]
-    fn probabilities_and_gradients(
-        &mut self,
-        lse: &Mat,
-        delta: &Mat,
-        transposed: bool,
-        g_tile: &str,
-    ) {
-        for ai in 0..4 {
-            for bi in 0..2 {
-                let n = ai * 2 + bi;
-                let (r, c) = (
-                    format!("row0 + ty + {}u", 16 * ai),
-                    format!("col0 + tx + {}u", 16 * bi),
-                );
-                // queries and keys: the forward orientation has rows = queries
-                let (i, j, iq_max, jk_max) = if transposed {
-                    (c.clone(), r.clone(), "SQ", "SK")
+    /// WGSL that loads this thread's quad of a head-dimension stage of `r` (row `lid / 4`,
+    /// words `d0 + 4·(lid % 4) ..+ 4`, zero past the ends) into `reg`.
+    fn load_product_quad(&mut self, indent: usize, reg: &str, r: Rows, len: usize, d0: &str) {
+        let partial = !len.is_multiple_of(DC);
+        let comps: Vec<String> = (0..4)
+            .map(|c| {
+                if partial {
+                    format!(
+                        "select(0.0, {}, ok && gd + {c}u < {len}u)",
+                        r.m.load("gr_", &format!("min(gd + {c}u, {}u)", len - 1))
+                    )
                 } else {
-                    (r.clone(), c.clone(), "SQ", "SK")
-                };
-                let (ic, jc) = (
-                    format!("min({i}, {iq_max} - 1u)"),
-                    format!("min({j}, {jk_max} - 1u)"),
-                );
-                let live = format!("({i} < SQ && {j} < SK)");
-                self.line(
-                    2,
-                    &format!(
-                        "{{ let s = score(x[{n}], {co}); let pr = select(0.0, exp(s - {}), {live}); let ds = pr * (y[{n}] - {});\n  let g = select(0.0, dscore(ds, {co}), {live});\n  Ps[(ty + {ra}u) * {w}u + tx + {cb}u] = pr; {g_tile}[(ty + {ra}u) * {w}u + tx + {cb}u] = g; }}",
-                        format_args!("{}[{}]", lse.arena, lse.at(&ic, "0u")),
-                        format_args!("{}[{}]", delta.arena, delta.at(&ic, "0u")),
-                        co = self.coords(&ic, &jc),
-                        ra = 16 * ai,
-                        cb = 16 * bi,
-                        w = BC + 1
-                    ),
-                );
+                    format!(
+                        "select(0.0, {}, ok)",
+                        r.m.load("gr_", &format!("gd + {c}u"))
+                    )
+                }
+            })
+            .collect();
+        self.line(
+            indent,
+            &format!(
+                "{{ let gr = {} + lid / 4u; let gd = {d0} + (lid % 4u) * 4u; let ok = gr < {}; let gr_ = min(gr, {} - 1u);\n  {reg} = vec4<f32>({}); }}",
+                r.row0,
+                r.rows,
+                r.rows,
+                comps.join(", ")
+            ),
+        );
+    }
+
+    /// Loads stage `stage` (a WGSL expr) of a head-dimension product into `pa`, `pb`.
+    fn load_product(&mut self, indent: usize, p: &Product, stage: &str) {
+        let d0 = format!("({stage}) * {DC}u");
+        self.load_product_quad(indent, "pa", p.a, p.len, &d0);
+        self.load_product_quad(indent, "pb", p.b, p.len, &d0);
+    }
+
+    /// Stores `pa`, `pb` into the product buffer at quad `slot` (a WGSL expr).
+    fn store_product(&mut self, indent: usize, slot: &str) {
+        self.line(
+            indent,
+            &format!("sm[{slot} + st_p] = pa;\nsm[{slot} + {P_B}u + st_p] = pb;"),
+        );
+    }
+
+    /// One stage's products from the buffer at quad `slot`.
+    fn compute_product(&mut self, indent: usize, acc: &str, slot: &str) {
+        for s4 in 0..DC / 4 {
+            let mut t = String::new();
+            for a in 0..4 {
+                write!(t, "let a{a} = sm[{slot} + ra + {}u]; ", a * 16 * P_ROW + s4).unwrap();
             }
+            for b in 0..4 {
+                write!(t, "let b{b} = sm[{slot} + rb + {}u];", b * 16 * P_ROW + s4).unwrap();
+                t.push(if b == 3 { '\n' } else { ' ' });
+            }
+            for c in COMP {
+                write!(
+                    t,
+                    "  {{ let bc = vec4<f32>(b0.{c}, b1.{c}, b2.{c}, b3.{c}); "
+                )
+                .unwrap();
+                for a in 0..4 {
+                    write!(t, "{acc}[{a}] = fma(vec4<f32>(a{a}.{c}), bc, {acc}[{a}]); ").unwrap();
+                }
+                t.push_str("}\n");
+            }
+            self.line(indent, &format!("{{ {t}}}"));
         }
-        self.line(2, "workgroupBarrier();");
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn backward_dq(
+    /// Head-dimension products, one after the other, each into its accumulator (zeroed here);
+    /// ends with a barrier, every product buffer free.
+    fn products(&mut self, indent: usize, ps: &[Product]) {
+        for p in ps {
+            self.line(indent, &format!("{} = array<vec4<f32>, 4>();", p.acc));
+        }
+        self.load_product(indent, &ps[0], "0u");
+        self.store_product(indent, "0u");
+        self.line(indent, "workgroupBarrier();");
+        let mut first = 0;
+        for (i, p) in ps.iter().enumerate() {
+            let n = p.stages();
+            self.stages += n as u64;
+            let next = ps.get(i + 1);
+            self.line(
+                indent,
+                &format!("for (var s = 0u; s < {n}u; s = s + 1u) {{"),
+            );
+            let slot = format!("((s + {first}u) % 2u) * {P_SLOT}u");
+            let other = format!("((s + {}u) % 2u) * {P_SLOT}u", first + 1);
+            self.line(indent + 1, &format!("let so = {slot};\nlet sn = {other};"));
+            let more = format!("s + 1u < {n}u");
+            match next {
+                Some(np) => {
+                    self.line(indent + 1, &format!("if ({more}) {{"));
+                    self.load_product(indent + 2, p, "s + 1u");
+                    self.line(indent + 1, "} else {");
+                    self.load_product(indent + 2, np, "0u");
+                    self.line(indent + 1, "}");
+                }
+                None => {
+                    self.line(indent + 1, &format!("if ({more}) {{"));
+                    self.load_product(indent + 2, p, "s + 1u");
+                    self.line(indent + 1, "}");
+                }
+            }
+            self.compute_product(indent + 1, p.acc, "so");
+            if next.is_some() {
+                self.store_product(indent + 1, "sn");
+            } else {
+                self.line(indent + 1, &format!("if ({more}) {{"));
+                self.store_product(indent + 2, "sn");
+                self.line(indent + 1, "}");
+            }
+            self.line(indent + 1, "workgroupBarrier();");
+            self.line(indent, "}");
+            first += n;
+        }
+    }
+
+    /// Loads stage `stage` (a WGSL expr) of a column product's X into `px`: this thread's quad
+    /// (row `lid / row_quads`, words `4·(lid % row_quads) ..+ 4`), zero past the ends.
+    fn load_column_stage(&mut self, indent: usize, c: &ColumnProduct, stage: &str) {
+        let (rq, rs) = (c.row_quads(), c.rows_per_stage());
+        let partial = !c.width.is_multiple_of(4 * rq);
+        let comps: Vec<String> = (0..4)
+            .map(|k| {
+                if partial {
+                    format!(
+                        "select(0.0, {}, ok && gc + {k}u < {w}u)",
+                        c.x.m
+                            .load("gr_", &format!("min(gc + {k}u, {}u)", c.width - 1)),
+                        w = c.width
+                    )
+                } else {
+                    format!(
+                        "select(0.0, {}, ok)",
+                        c.x.m.load("gr_", &format!("gc + {k}u"))
+                    )
+                }
+            })
+            .collect();
+        let in_stage = if rq * rs < X_SLOT {
+            format!(" && lid < {}u", rq * rs)
+        } else {
+            String::new()
+        };
+        self.line(
+            indent,
+            &format!(
+                "{{ let gr = {} + ({stage}) * {rs}u + lid / {rq}u; let gc = (lid % {rq}u) * 4u; let ok = gr < {}{in_stage}; let gr_ = min(gr, {} - 1u);\n  px = vec4<f32>({}); }}",
+                c.x.row0,
+                c.x.rows,
+                c.x.rows,
+                comps.join(", ")
+            ),
+        );
+    }
+
+    /// One stage's column products (tile columns `stage · rows_per_stage ..`) from the buffer at
+    /// quad `slot`.
+    fn compute_column(&mut self, indent: usize, c: &ColumnProduct, slot: &str, stage: &str) {
+        let (nq, rq, rs) = (c.nq(), c.row_quads(), c.rows_per_stage());
+        self.line(indent, &format!("let tq = ({stage}) * {}u;", rs / 4));
+        for j4 in 0..rs / 4 {
+            let mut t = String::new();
+            for a in 0..4 {
+                write!(t, "let t{a} = sm[rt + tq + {}u]; ", a * 16 * T_ROW + j4).unwrap();
+            }
+            t.push('\n');
+            for (jj, comp) in COMP.iter().enumerate() {
+                t.push_str("  { ");
+                for q in 0..nq {
+                    write!(
+                        t,
+                        "let x{q} = sm[{slot} + tx + {}u]; ",
+                        (4 * j4 + jj) * rq + 16 * q
+                    )
+                    .unwrap();
+                }
+                for a in 0..4 {
+                    for q in 0..nq {
+                        let n = a * nq + q;
+                        write!(
+                            t,
+                            "{acc}[{n}] = fma(vec4<f32>(t{a}.{comp}), x{q}, {acc}[{n}]); ",
+                            acc = c.acc
+                        )
+                        .unwrap();
+                    }
+                }
+                t.push_str("}\n");
+            }
+            self.line(indent, &format!("{{ {t}}}"));
+        }
+    }
+
+    /// Loads and stores a column product's first stage (before the barrier that publishes the
+    /// tile).
+    fn column_first_stage(&mut self, indent: usize, c: &ColumnProduct) {
+        self.load_column_stage(indent, c, "0u");
+        self.line(indent, &format!("sm[{X_AT}u + lid] = px;"));
+    }
+
+    /// The column product's stages, its first already stored and the tile published; ends with
+    /// a barrier.
+    fn column_product(&mut self, indent: usize, c: &ColumnProduct) {
+        let n = c.stages();
+        debug_assert!(
+            n.is_multiple_of(2),
+            "a column product's first stage uses buffer 0"
+        );
+        self.stages += n as u64;
+        self.line(
+            indent,
+            &format!("for (var s = 0u; s < {n}u; s = s + 1u) {{"),
+        );
+        self.line(
+            indent + 1,
+            &format!(
+                "let so = {X_AT}u + (s % 2u) * {X_SLOT}u;\nlet sn = {X_AT}u + ((s + 1u) % 2u) * {X_SLOT}u;"
+            ),
+        );
+        self.line(indent + 1, &format!("if (s + 1u < {n}u) {{"));
+        self.load_column_stage(indent + 2, c, "s + 1u");
+        self.line(indent + 1, "}");
+        self.compute_column(indent + 1, c, "so", "s");
+        self.line(
+            indent + 1,
+            &format!("if (s + 1u < {n}u) {{ sm[sn + lid] = px; }}\nworkgroupBarrier();"),
+        );
+        self.line(indent, "}");
+    }
+
+    /// Writes `v[a][b]` (an `array<vec4<f32>, 4>`) to the tile.
+    fn write_tile(&mut self, indent: usize, v: &str) {
+        let mut t = String::new();
+        for a in 0..4 {
+            for (b, comp) in COMP.iter().enumerate() {
+                write!(
+                    t,
+                    "sm[tw + {}u][tc] = {v}[{a}].{comp}; ",
+                    a * 16 * T_ROW + 4 * b
+                )
+                .unwrap();
+            }
+            t.push('\n');
+        }
+        self.line(indent, &t);
+    }
+
+    /// Zeroes a column product's accumulator.
+    fn declare_acc(&mut self, c: &ColumnProduct) {
+        self.line(
+            1,
+            &format!("var {}: array<vec4<f32>, {}>;", c.acc, 4 * c.nq()),
+        );
+    }
+
+    /// Writes the rows' accumulator `acc` (`width` columns), each value as `value(expr, a)` for
+    /// row `ty + 16a`, to `out`; rows past `rows` (a WGSL expr) are not written.
+    fn store_rows(
         &mut self,
-        q: &Mat,
-        k: &Mat,
-        v: &Mat,
-        d_o: &Mat,
-        lse: &Mat,
-        delta: &Mat,
         out: &Mat,
-        f: &Flash,
+        acc: &str,
+        width: usize,
+        rows: &str,
+        value: &dyn Fn(&str, usize) -> String,
     ) {
-        let nv = self.nv;
-        let blocks = f.sk.div_ceil(BC) as u64;
-        self.line(1, &format!("var acc: array<f32, {}>;", 4 * nv));
-        self.line(1, "let blocks = (SK + BC - 1u) / BC;");
-        self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
-        self.loops += blocks;
-        self.line(1, "let col0 = kb * BC;");
-        let dead = self.dead(("row0", "row0 + BR - 1u"), ("col0", "col0 + BC - 1u"));
-        self.line(1, &format!("if (!{dead}) {{"));
-        self.product(
-            "x",
-            q,
-            "row0",
-            "SQ",
-            k,
-            "col0",
-            "SK",
-            "D",
-            blocks * f.d.div_ceil(DC) as u64,
-        );
-        self.product(
-            "y",
-            d_o,
-            "row0",
-            "SQ",
-            v,
-            "col0",
-            "SK",
-            "DV",
-            blocks * f.dv.div_ceil(DC) as u64,
-        );
-        self.probabilities_and_gradients(lse, delta, false, "Ps");
-        self.accumulate(
-            "acc",
-            "Ps",
-            k,
-            "col0",
-            "SK",
-            "D",
-            blocks * f.d.div_ceil(VC) as u64,
-        );
-        self.line(1, "}");
-        self.line(1, "}");
-        self.store_rows(out, "SQ", "D");
+        let nq = width.div_ceil(64).max(1);
+        for a in 0..4 {
+            let mut t = format!(
+                "{{ let i = row0 + ty + {}u;\n  if (i < {rows}) {{\n",
+                16 * a
+            );
+            for q in 0..nq {
+                for (k, comp) in COMP.iter().enumerate() {
+                    let col = format!("(tx + {}u) * 4u + {k}u", 16 * q);
+                    let v = value(&format!("{acc}[{}].{comp}", a * nq + q), a);
+                    let store = format!("{}[{}] = {v};", out.arena, out.at("i", &col));
+                    if 64 * q + 4 * 15 + k < width {
+                        writeln!(t, "    {store}").unwrap();
+                    } else {
+                        writeln!(t, "    if ({col} < {width}u) {{ {store} }}").unwrap();
+                    }
+                }
+            }
+            t.push_str("  }\n}");
+            self.line(1, &t);
+        }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn backward_dkdv(
-        &mut self,
-        q: &Mat,
-        k: &Mat,
-        v: &Mat,
-        d_o: &Mat,
-        lse: &Mat,
-        delta: &Mat,
-        outs: &[Mat],
-        f: &Flash,
-    ) {
-        let nv = self.nv;
-        let blocks = f.sq.div_ceil(BC) as u64;
+    fn forward(&mut self, q: &Mat, k: &Mat, v: &Mat, o: &Mat, l: &Mat, f: &Flash) {
+        let pv = ColumnProduct {
+            acc: "acc",
+            x: Rows {
+                m: v,
+                row0: "col0",
+                rows: "SK",
+            },
+            width: f.dv,
+        };
+        let nq = pv.nq();
         self.line(
             1,
             &format!(
-                "var dk: array<f32, {}>;\n    var dv: array<f32, {}>;",
-                4 * nv,
-                4 * nv
+                "var x: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;\nvar m = vec4<f32>({NEG_INF});\nvar l = vec4<f32>(0.0);"
             ),
         );
-        self.line(1, "let blocks = (SQ + BC - 1u) / BC;");
-        self.line(1, "for (var qb = 0u; qb < blocks; qb = qb + 1u) {");
-        self.loops += blocks;
-        self.line(1, "let col0 = qb * BC;");
-        // rows are keys, columns queries: the tile is dead when its transpose is
-        let dead = self.dead(("col0", "col0 + BC - 1u"), ("row0", "row0 + BR - 1u"));
+        self.declare_acc(&pv);
+        self.line(1, &format!("let blocks = (SK + {BC}u - 1u) / {BC}u;"));
+        self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
+        self.line(1, &format!("let col0 = kb * {BC}u;"));
+        let dead = self.dead(
+            ("row0", &format!("row0 + {}u", BR - 1)),
+            ("col0", &format!("col0 + {}u", BC - 1)),
+        );
         self.line(1, &format!("if (!{dead}) {{"));
-        self.product(
-            "x",
-            k,
-            "row0",
-            "SK",
-            q,
-            "col0",
-            "SQ",
-            "D",
-            blocks * f.d.div_ceil(DC) as u64,
+        self.products(
+            2,
+            &[Product {
+                acc: "x",
+                a: Rows {
+                    m: q,
+                    row0: "row0",
+                    rows: "SQ",
+                },
+                b: Rows {
+                    m: k,
+                    row0: "col0",
+                    rows: "SK",
+                },
+                len: f.d,
+            }],
         );
-        self.product(
-            "y",
-            v,
-            "row0",
-            "SK",
-            d_o,
-            "col0",
-            "SQ",
-            "DV",
-            blocks * f.dv.div_ceil(DC) as u64,
-        );
-        // P is written to Ps and G to Gs with rows = keys
-        self.probabilities_and_gradients(lse, delta, true, "Gs");
-        self.accumulate(
-            "dv",
-            "Ps",
-            d_o,
-            "col0",
-            "SQ",
-            "DV",
-            blocks * f.dv.div_ceil(VC) as u64,
-        );
-        self.accumulate(
-            "dk",
-            "Gs",
-            q,
-            "col0",
-            "SQ",
-            "D",
-            blocks * f.d.div_ceil(VC) as u64,
-        );
+        // scores, -inf past the keys; this thread's row maxima to the row statistics
+        for a in 0..4 {
+            let mut t = String::new();
+            for (b, comp) in COMP.iter().enumerate() {
+                let (i, j) = (
+                    format!("row0 + ty + {}u", 16 * a),
+                    format!("col0 + tx + {}u", 16 * b),
+                );
+                writeln!(
+                    t,
+                    "x[{a}].{comp} = select({NEG_INF}, score(x[{a}].{comp}, {}), {j} < SK);",
+                    self.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)")),
+                )
+                .unwrap();
+            }
+            write!(
+                t,
+                "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = max_nan(max_nan(x[{a}].x, x[{a}].y), max_nan(x[{a}].z, x[{a}].w));",
+                a * 16 * 4
+            )
+            .unwrap();
+            self.line(2, &t);
+        }
+        self.column_first_stage(2, &pv);
+        self.line(2, "workgroupBarrier();");
+        // the rows' new maxima; probabilities to the tile, sums and accumulators rescaled
+        for a in 0..4 {
+            let mut t = format!("{{ var mb = m[{a}];\n");
+            for k4 in 0..4 {
+                let r = format!("sm[{RED_AT}u + ty * 4u + {}u]", a * 16 * 4 + k4);
+                writeln!(
+                    t,
+                    "  {{ let r = {r}; mb = max_nan(max_nan(mb, max_nan(r.x, r.y)), max_nan(r.z, r.w)); }}"
+                )
+                .unwrap();
+            }
+            write!(
+                t,
+                "  let ms = select(mb, 0.0, mb == {NEG_INF});\n  let alpha = exp(m[{a}] - ms);\n  m[{a}] = mb;\n  x[{a}] = exp(x[{a}] - vec4<f32>(ms));\n  l[{a}] = l[{a}] * alpha + (x[{a}].x + x[{a}].y) + (x[{a}].z + x[{a}].w);\n"
+            )
+            .unwrap();
+            for qq in 0..nq {
+                writeln!(t, "  acc[{n}] = acc[{n}] * alpha;", n = a * nq + qq).unwrap();
+            }
+            t.push('}');
+            self.line(2, &t);
+        }
+        self.write_tile(2, "x");
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, &pv);
         self.line(1, "}");
         self.line(1, "}");
-        let _ = v;
-        self.store_rows_named(&outs[0], "dk", "SK", "D");
-        self.store_rows_named(&outs[1], "dv", "SK", "DV");
-    }
-
-    fn store_rows(&mut self, out: &Mat, rows: &str, width: &str) {
-        self.store_rows_named(out, "acc", rows, width);
-    }
-
-    fn store_rows_named(&mut self, out: &Mat, acc: &str, rows: &str, width: &str) {
-        let nv = self.nv;
-        for ai in 0..4 {
+        // the rows' sums, then the results
+        for a in 0..4 {
             self.line(
                 1,
                 &format!(
-                    "{{ let i = row0 + ty + {r}u;\n  if (i < {rows}) {{ for (var c = 0u; c < {nv}u; c = c + 1u) {{ let col = tx + 16u * c; if (col < {width}) {{ {}[{}] = {acc}[{ai}u * {nv}u + c]; }} }} }}\n}}",
-                    out.arena,
-                    out.at("i", "col"),
-                    r = 16 * ai
+                    "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = l[{a}];",
+                    a * 16 * 4
                 ),
             );
-            self.loops += nv as u64;
         }
+        self.line(1, "workgroupBarrier();\nvar lt = vec4<f32>(0.0);");
+        for a in 0..4 {
+            let mut t = String::from("{ ");
+            for k4 in 0..4 {
+                write!(
+                    t,
+                    "let r{k4} = sm[{RED_AT}u + ty * 4u + {}u]; ",
+                    a * 16 * 4 + k4
+                )
+                .unwrap();
+            }
+            write!(
+                t,
+                "let r = (r0 + r1) + (r2 + r3); lt[{a}] = (r.x + r.y) + (r.z + r.w); }}"
+            )
+            .unwrap();
+            self.line(1, &t);
+        }
+        self.store_rows(o, "acc", f.dv, "SQ", &|x, a| format!("{x} / lt[{a}]"));
+        for a in 0..4 {
+            self.line(
+                1,
+                &format!(
+                    "{{ let i = row0 + ty + {}u; if (i < SQ && tx == 0u) {{ {}[{}] = select(m[{a}] + log(lt[{a}]), {NAN}, m[{a}] == {NEG_INF}); }} }}",
+                    16 * a,
+                    l.arena,
+                    l.at("i", "0u")
+                ),
+            );
+        }
+    }
+
+    /// `P` (into `x`) and the score gradient `G` (into `y`) of the tile from its products `x`
+    /// (`Q·Kᵀ`) and `y` (`dO·Vᵀ`); `lse`/`delta` are read per query. `transposed`: rows are
+    /// keys and columns queries.
+    fn probabilities_and_gradients(&mut self, lse: &Mat, delta: &Mat, transposed: bool) {
+        // per query: L and D (rows' or columns' queries)
+        let query = |n: usize| {
+            if transposed {
+                format!("col0 + tx + {}u", 16 * n)
+            } else {
+                format!("row0 + ty + {}u", 16 * n)
+            }
+        };
+        let mut t = String::new();
+        for n in 0..4 {
+            let ic = format!("min({}, SQ - 1u)", query(n));
+            writeln!(
+                t,
+                "let lq{n} = {}; let dq{n} = {};",
+                lse.load(&ic, "0u"),
+                delta.load(&ic, "0u")
+            )
+            .unwrap();
+        }
+        self.line(2, &t);
+        for a in 0..4 {
+            let mut t = String::new();
+            for (b, comp) in COMP.iter().enumerate() {
+                let (r, c) = (
+                    format!("row0 + ty + {}u", 16 * a),
+                    format!("col0 + tx + {}u", 16 * b),
+                );
+                let (i, j, n) = if transposed { (c, r, b) } else { (r, c, a) };
+                let co = self.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)"));
+                write!(
+                    t,
+                    "{{ let live = {i} < SQ && {j} < SK; let pr = select(0.0, exp(score(x[{a}].{comp}, {co}) - lq{n}), live);\n  y[{a}].{comp} = select(0.0, dscore(pr * (y[{a}].{comp} - dq{n}), {co}), live); x[{a}].{comp} = pr; }}\n"
+                )
+                .unwrap();
+            }
+            self.line(2, &t);
+        }
+    }
+
+    fn backward_dq(&mut self, o: &Operands, out: &Mat, f: &Flash) {
+        let gk = ColumnProduct {
+            acc: "acc",
+            x: Rows {
+                m: o.k,
+                row0: "col0",
+                rows: "SK",
+            },
+            width: f.d,
+        };
+        self.line(
+            1,
+            "var x: array<vec4<f32>, 4>;\nvar y: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;",
+        );
+        self.declare_acc(&gk);
+        self.line(1, &format!("let blocks = (SK + {BC}u - 1u) / {BC}u;"));
+        self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
+        self.line(1, &format!("let col0 = kb * {BC}u;"));
+        let dead = self.dead(
+            ("row0", &format!("row0 + {}u", BR - 1)),
+            ("col0", &format!("col0 + {}u", BC - 1)),
+        );
+        self.line(1, &format!("if (!{dead}) {{"));
+        let (qr, dor) = (
+            Rows {
+                m: o.q,
+                row0: "row0",
+                rows: "SQ",
+            },
+            Rows {
+                m: o.d_o,
+                row0: "row0",
+                rows: "SQ",
+            },
+        );
+        let (kr, vr) = (
+            Rows {
+                m: o.k,
+                row0: "col0",
+                rows: "SK",
+            },
+            Rows {
+                m: o.v,
+                row0: "col0",
+                rows: "SK",
+            },
+        );
+        self.products(
+            2,
+            &[
+                Product {
+                    acc: "x",
+                    a: qr,
+                    b: kr,
+                    len: f.d,
+                },
+                Product {
+                    acc: "y",
+                    a: dor,
+                    b: vr,
+                    len: f.dv,
+                },
+            ],
+        );
+        self.probabilities_and_gradients(o.lse, o.delta, false);
+        self.column_first_stage(2, &gk);
+        self.write_tile(2, "y");
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, &gk);
+        self.line(1, "}");
+        self.line(1, "}");
+        self.store_rows(out, "acc", f.d, "SQ", &|x, _| x.to_string());
+    }
+
+    fn backward_dkdv(&mut self, o: &Operands, outs: &[Mat], f: &Flash) {
+        let (qr, dor) = (
+            Rows {
+                m: o.q,
+                row0: "col0",
+                rows: "SQ",
+            },
+            Rows {
+                m: o.d_o,
+                row0: "col0",
+                rows: "SQ",
+            },
+        );
+        let (kr, vr) = (
+            Rows {
+                m: o.k,
+                row0: "row0",
+                rows: "SK",
+            },
+            Rows {
+                m: o.v,
+                row0: "row0",
+                rows: "SK",
+            },
+        );
+        let pdo = ColumnProduct {
+            acc: "dv",
+            x: dor,
+            width: f.dv,
+        };
+        let gq = ColumnProduct {
+            acc: "dk",
+            x: qr,
+            width: f.d,
+        };
+        self.line(
+            1,
+            "var x: array<vec4<f32>, 4>;\nvar y: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;",
+        );
+        self.declare_acc(&pdo);
+        self.declare_acc(&gq);
+        self.line(1, &format!("let blocks = (SQ + {BC}u - 1u) / {BC}u;"));
+        self.line(1, "for (var qb = 0u; qb < blocks; qb = qb + 1u) {");
+        self.line(1, &format!("let col0 = qb * {BC}u;"));
+        // rows are keys, columns queries: the tile is dead when its transpose is
+        let dead = self.dead(
+            ("col0", &format!("col0 + {}u", BC - 1)),
+            ("row0", &format!("row0 + {}u", BR - 1)),
+        );
+        self.line(1, &format!("if (!{dead}) {{"));
+        self.products(
+            2,
+            &[
+                Product {
+                    acc: "x",
+                    a: kr,
+                    b: qr,
+                    len: f.d,
+                },
+                Product {
+                    acc: "y",
+                    a: vr,
+                    b: dor,
+                    len: f.dv,
+                },
+            ],
+        );
+        self.probabilities_and_gradients(o.lse, o.delta, true);
+        // dV += P·dO, then dK += G·Q through the same tile
+        self.column_first_stage(2, &pdo);
+        self.write_tile(2, "x");
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, &pdo);
+        self.column_first_stage(2, &gq);
+        self.write_tile(2, "y");
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, &gq);
+        self.line(1, "}");
+        self.line(1, "}");
+        self.store_rows(&outs[0], "dk", f.d, "SK", &|x, _| x.to_string());
+        self.store_rows(&outs[1], "dv", f.dv, "SK", &|x, _| x.to_string());
     }
 }
 
