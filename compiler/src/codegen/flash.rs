@@ -45,6 +45,8 @@ use crate::kernel::Flash;
 use crate::layout::View;
 
 /// Rows per workgroup, columns per block, head-dimension chunk of a product stage.
+/// Words per `vec4<f32>` quad.
+const QUAD: usize = 4;
 const BR: usize = 64;
 const BC: usize = 64;
 const DC: usize = 16;
@@ -56,17 +58,17 @@ pub const MAX_HEAD_DIM: usize = 256;
 // `BR` rows of `T_ROW` quads, over the product buffers (it is written after the products and
 // read before the next block's). Column-product stages: two buffers of `X_SLOT` quads. The
 // forward's row statistics: `BR` rows of 16 words.
-const P_ROW: usize = DC / 4 + 1;
+const P_ROW: usize = DC / QUAD + 1;
 const P_B: usize = BR * P_ROW;
 const P_SLOT: usize = (BR + BC) * P_ROW;
-const T_ROW: usize = BC / 4 + 1;
+const T_ROW: usize = BC / QUAD + 1;
 const X_AT: usize = 2 * P_SLOT;
 const X_SLOT: usize = 256;
 const RED_AT: usize = X_AT + 2 * X_SLOT;
-const RED_QUADS: usize = BR * 16 / 4;
+const RED_QUADS: usize = BR * 16 / QUAD;
 const _: () = assert!(BR * T_ROW <= X_AT && RED_AT + RED_QUADS <= 2048);
 // a product stage is one quad of A and one of B per thread
-const _: () = assert!(DC * BR / 4 == WORKGROUP as usize && DC * BC / 4 == WORKGROUP as usize);
+const _: () = assert!(DC * BR / QUAD == WORKGROUP as usize && DC * BC / QUAD == WORKGROUP as usize);
 
 /// An operand read as `[batch.., rows, cols]`: its arena, base word and the param words of its
 /// strides.
@@ -383,23 +385,32 @@ impl Body {
 
     /// One stage's products from the buffer at quad `slot`.
     fn compute_product(&mut self, indent: usize, acc: &str, slot: &str) {
-        for s4 in 0..DC / 4 {
+        for s4 in 0..DC / QUAD {
             let mut t = String::new();
             for a in 0..4 {
-                write!(t, "let a{a} = sm[{slot} + ra + {}u]; ", a * 16 * P_ROW + s4).unwrap();
+                write!(
+                    t,
+                    "let qa{a} = sm[{slot} + ra + {}u]; ",
+                    a * 16 * P_ROW + s4
+                )
+                .unwrap();
             }
             for b in 0..4 {
-                write!(t, "let b{b} = sm[{slot} + rb + {}u];", b * 16 * P_ROW + s4).unwrap();
+                write!(t, "let qb{b} = sm[{slot} + rb + {}u];", b * 16 * P_ROW + s4).unwrap();
                 t.push(if b == 3 { '\n' } else { ' ' });
             }
             for c in COMP {
                 write!(
                     t,
-                    "  {{ let bc = vec4<f32>(b0.{c}, b1.{c}, b2.{c}, b3.{c}); "
+                    "  {{ let bc = vec4<f32>(qb0.{c}, qb1.{c}, qb2.{c}, qb3.{c}); "
                 )
                 .unwrap();
                 for a in 0..4 {
-                    write!(t, "{acc}[{a}] = fma(vec4<f32>(a{a}.{c}), bc, {acc}[{a}]); ").unwrap();
+                    write!(
+                        t,
+                        "{acc}[{a}] = fma(vec4<f32>(qa{a}.{c}), bc, {acc}[{a}]); "
+                    )
+                    .unwrap();
                 }
                 t.push_str("}\n");
             }
@@ -461,7 +472,7 @@ impl Body {
     /// (row `lid / row_quads`, words `4·(lid % row_quads) ..+ 4`), zero past the ends.
     fn load_column_stage(&mut self, indent: usize, c: &ColumnProduct, stage: &str) {
         let (rq, rs) = (c.row_quads(), c.rows_per_stage());
-        let partial = !c.width.is_multiple_of(4 * rq);
+        let partial = !c.width.is_multiple_of(QUAD * rq);
         let comps: Vec<String> = (0..4)
             .map(|k| {
                 if partial {
@@ -500,8 +511,8 @@ impl Body {
     /// quad `slot`.
     fn compute_column(&mut self, indent: usize, c: &ColumnProduct, slot: &str, stage: &str) {
         let (nq, rq, rs) = (c.nq(), c.row_quads(), c.rows_per_stage());
-        self.line(indent, &format!("let tq = ({stage}) * {}u;", rs / 4));
-        for j4 in 0..rs / 4 {
+        self.line(indent, &format!("let tq = ({stage}) * {}u;", rs / QUAD));
+        for j4 in 0..rs / QUAD {
             let mut t = String::new();
             for a in 0..4 {
                 write!(t, "let t{a} = sm[rt + tq + {}u]; ", a * 16 * T_ROW + j4).unwrap();
@@ -513,7 +524,7 @@ impl Body {
                     write!(
                         t,
                         "let x{q} = sm[{slot} + tx + {}u]; ",
-                        (4 * j4 + jj) * rq + 16 * q
+                        (QUAD * j4 + jj) * rq + 16 * q
                     )
                     .unwrap();
                 }
@@ -575,15 +586,17 @@ impl Body {
     fn write_tile(&mut self, indent: usize, v: &str) {
         let mut t = String::new();
         for a in 0..4 {
-            for (b, comp) in COMP.iter().enumerate() {
-                write!(
-                    t,
-                    "sm[tw + {}u][tc] = {v}[{a}].{comp}; ",
-                    a * 16 * T_ROW + 4 * b
-                )
-                .unwrap();
-            }
-            t.push('\n');
+            let row: Vec<String> = COMP
+                .iter()
+                .enumerate()
+                .map(|(b, comp)| {
+                    format!(
+                        "sm[tw + {}u][tc] = {v}[{a}].{comp};",
+                        a * 16 * T_ROW + QUAD * b
+                    )
+                })
+                .collect();
+            writeln!(t, "{}", row.join(" ")).unwrap();
         }
         self.line(indent, &t);
     }
@@ -592,7 +605,7 @@ impl Body {
     fn declare_acc(&mut self, c: &ColumnProduct) {
         self.line(
             1,
-            &format!("var {}: array<vec4<f32>, {}>;", c.acc, 4 * c.nq()),
+            &format!("var {}: array<vec4<f32>, {}>;", c.acc, QUAD * c.nq()),
         );
     }
 
@@ -617,7 +630,7 @@ impl Body {
                     let col = format!("(tx + {}u) * 4u + {k}u", 16 * q);
                     let v = value(&format!("{acc}[{}].{comp}", a * nq + q), a);
                     let store = format!("{}[{}] = {v};", out.arena, out.at("i", &col));
-                    if 64 * q + 4 * 15 + k < width {
+                    if 64 * q + QUAD * 15 + k < width {
                         writeln!(t, "    {store}").unwrap();
                     } else {
                         writeln!(t, "    if ({col} < {width}u) {{ {store} }}").unwrap();
@@ -690,7 +703,7 @@ impl Body {
             write!(
                 t,
                 "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = max_nan(max_nan(x[{a}].x, x[{a}].y), max_nan(x[{a}].z, x[{a}].w));",
-                a * 16 * 4
+                a * 16 * QUAD
             )
             .unwrap();
             self.line(2, &t);
@@ -701,7 +714,7 @@ impl Body {
         for a in 0..4 {
             let mut t = format!("{{ var mb = m[{a}];\n");
             for k4 in 0..4 {
-                let r = format!("sm[{RED_AT}u + ty * 4u + {}u]", a * 16 * 4 + k4);
+                let r = format!("sm[{RED_AT}u + ty * 4u + {}u]", a * 16 * QUAD + k4);
                 writeln!(
                     t,
                     "  {{ let r = {r}; mb = max_nan(max_nan(mb, max_nan(r.x, r.y)), max_nan(r.z, r.w)); }}"
@@ -730,7 +743,7 @@ impl Body {
                 1,
                 &format!(
                     "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = l[{a}];",
-                    a * 16 * 4
+                    a * 16 * QUAD
                 ),
             );
         }
@@ -741,7 +754,7 @@ impl Body {
                 write!(
                     t,
                     "let r{k4} = sm[{RED_AT}u + ty * 4u + {}u]; ",
-                    a * 16 * 4 + k4
+                    a * 16 * QUAD + k4
                 )
                 .unwrap();
             }
