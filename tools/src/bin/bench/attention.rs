@@ -2,7 +2,8 @@
 //! `O = attention(q, k, v)`, then dQ, dK, dV for the output gradient `dO`), compiled from `.sir`
 //! text like any program, once per `--attention` policy (`flash`: the flash kernels the
 //! optimizer finds; `unfused`: the optimizer without the attention rules; `auto`: what the cost
-//! model picks). Per sequence length: the GPU time of the whole step (timestamps, median of the
+//! model picks; `no-opt`: no optimizer at all, every op its own dispatch, as `sinter compile
+//! --no-opt`). Per sequence length: the GPU time of the whole step (timestamps, median of the
 //! repeats), TFLOP/s as FlashAttention-2 counts them (forward `4·B·H·S²·D`, backward 2.5 times
 //! that, halved when causal), the dispatches and the arena, and the largest difference of every
 //! result from the first policy's, relative to its max |value|. A policy that cannot compile a
@@ -14,6 +15,39 @@ use sinter_runtime::io::HostTensor;
 
 use super::{Failure, Json, Output, Rng, choice, f32_data, ms};
 use sinter_cli::flags::Attention;
+
+/// What to compile: an `--attention` policy of the optimizer, or no optimizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    Flash,
+    Unfused,
+    Auto,
+    NoOpt,
+}
+
+impl Policy {
+    fn options(self) -> sinter_compiler::Options {
+        let attention = match self {
+            Policy::Flash => Attention::Flash,
+            Policy::Unfused => Attention::Unfused,
+            Policy::Auto | Policy::NoOpt => Attention::Auto,
+        };
+        sinter_compiler::Options {
+            attention: AttentionPolicy::from(attention),
+            optimize: self != Policy::NoOpt,
+            ..Default::default()
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Policy::Flash => "flash",
+            Policy::Unfused => "unfused",
+            Policy::Auto => "auto",
+            Policy::NoOpt => "no-opt",
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct AttentionArgs {
@@ -34,9 +68,9 @@ pub struct AttentionArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "flash,unfused,auto"
+        default_value = "flash,unfused,auto,no-opt"
     )]
-    policies: Vec<Attention>,
+    policies: Vec<Policy>,
     /// Measured runs (after one warm-up run).
     #[arg(long, default_value_t = 10)]
     repeats: u32,
@@ -93,11 +127,8 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
         let feeds: Vec<(&str, &HostTensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
         let mut reference: Option<Vec<Vec<f32>>> = None;
         for &policy in &args.policies {
-            let name = format!("{policy:?}").to_lowercase();
-            let mut options = sinter_compiler::Options {
-                attention: AttentionPolicy::from(policy),
-                ..Default::default()
-            };
+            let name = policy.name();
+            let mut options = policy.options();
             if let Some(bytes) = args.max_binding {
                 options.max_binding_size = bytes;
             }
@@ -106,7 +137,7 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
                 (
                     "impl",
                     Json::Str(match policy {
-                        Attention::Auto => "sinter".into(),
+                        Policy::Auto => "sinter".into(),
                         _ => format!("sinter-{name}"),
                     }),
                 ),
