@@ -29,8 +29,9 @@ use crate::fused::Program;
 pub enum FlashKind {
     /// Inputs `q, k, v, score extras..`; outputs `O [batch.., Sq, Dv]`, `L [batch.., Sq, 1]`.
     Forward,
-    /// Inputs `q, k, v, dO, L, D, score extras.., dscore extras..`; outputs `dK`, `dV` (shaped
-    /// as `k` and `v`).
+    /// Inputs `q, k, v, dO, L, D, score extras.., dscore extras..`; outputs `dK [batch.., Sk,
+    /// D]`, `dV [batch.., Sk, Dv]` over the score space's batch (as `k` and `v` unless they are
+    /// broadcast over it, as in grouped-query attention, where the graph sums them).
     BackwardDkDv,
     /// Inputs as [`FlashKind::BackwardDkDv`]; output `dQ` (shaped as `q`).
     BackwardDq,
@@ -86,7 +87,17 @@ impl FlashSpec {
                 o.push(v.shape[v.rank() - 1]);
                 vec![TensorType::f32(o), TensorType::f32(l)]
             }
-            FlashKind::BackwardDkDv => vec![k.clone(), v.clone()],
+            FlashKind::BackwardDkDv => {
+                // over the score space's batch: a k or v broadcast over heads (grouped-query
+                // attention) gets one gradient per query head, which the graph sums
+                let r = self.score.domain.len();
+                let with = |last: usize| {
+                    let mut shape = self.score.domain[..r - 2].to_vec();
+                    shape.extend([self.score.domain[r - 1], last]);
+                    TensorType::f32(shape)
+                };
+                vec![with(k.shape[k.rank() - 1]), with(v.shape[v.rank() - 1])]
+            }
             FlashKind::BackwardDq => vec![q.clone()],
         }
     }
@@ -183,7 +194,7 @@ pub fn eval(spec: &FlashSpec, inputs: &[Tensor]) -> Vec<Tensor> {
                     dv_shape.push(dv);
                     let dk = matmul(&transpose(&g), q, dk_shape);
                     let dvv = matmul(&transpose(&p), d_o, dv_shape);
-                    vec![sum_to(dk, &k.ty), sum_to(dvv, &v.ty)]
+                    vec![dk, dvv]
                 }
             }
         }

@@ -218,9 +218,9 @@ fn batch_sequence_heads_layout() {
 
 #[test]
 fn broadcast_heads_and_forward_only() {
-    // one key/value head shared by every query head (multi-query attention): the forward and
-    // dQ kernels broadcast it; dK and dV sum over the heads, which the dK/dV kernel does not
-    // (by hand: the composite wants equal heads; matmul broadcasts batch axes)
+    // one key/value head shared by every query head (multi-query attention): every kernel
+    // reads it broadcast; the dK/dV kernel gives one gradient per query head, which the graph
+    // sums (by hand: the composite wants equal heads; matmul broadcasts batch axes)
     let src = step(
         "  input q: f32[2, 3, 7, 4]\n  param k: f32[2, 1, 11, 4] = normal(seed=1)\n  param v: f32[2, 1, 11, 6] = normal(seed=2)\n  input w: f32[2, 3, 7, 6]",
         "matmul(softmax(mul(matmul(q, transpose(k, dim0=2, dim1=3)), 0.5), axis=3), v)",
@@ -228,7 +228,7 @@ fn broadcast_heads_and_forward_only() {
     check(&Case {
         name: "broadcast heads",
         src,
-        want: &[FlashKind::Forward, FlashKind::BackwardDq],
+        want: ALL,
         sq: 7,
         sk: 11,
     });

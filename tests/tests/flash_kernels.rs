@@ -275,7 +275,7 @@ fn backward_dq() {
 
 #[test]
 fn backward_dkdv() {
-    for case in cases().into_iter().filter(|c| !c.shared_kv) {
+    for case in cases() {
         check(&case, FlashKind::BackwardDkDv);
     }
 }
