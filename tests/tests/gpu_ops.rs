@@ -245,6 +245,20 @@ fn embedding_and_losses() {
     check_gpu(src, TRANSCENDENTAL, &[], 11);
 }
 
+/// The embedding's gradient over several chunks of positions (600 ids, 256 a chunk) and two
+/// column blocks (300 columns, 256 a block), ids repeating often (5 rows).
+#[test]
+fn embedding_gradient_over_chunks_and_column_blocks() {
+    let src = "graph t {
+  input dy: f32[2, 300, 300]
+  input ids: i32[2, 300]
+  g = embedding_grad(dy, ids, num_embeddings=5)
+  output g
+}
+";
+    check_gpu(src, REDUCTION, &[], 5);
+}
+
 #[test]
 fn attention_every_mask_kind() {
     let cases = [

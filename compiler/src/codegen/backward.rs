@@ -301,11 +301,142 @@ pub fn emit_pool_grad(e: &mut Emitter, k: &Pool2dGrad) -> (String, [u32; 3], u32
     (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
 }
 
-/// `out[v, d]` sums `dy[p, d]` over every position `p` whose id is `v`: without float atomics
-/// this is the gather form of a scatter-add, a scan of all ids per output element, which a
-/// segment of threads shares (as a row kernel does) so that no thread's loop grows with the
-/// number of positions beyond `positions / 256`.
+/// `out[v, d]` sums `dy[p, d]` over every position `p` whose id is `v`. Without float atomics
+/// this is a gather: [`emit_scatter_add_lists`] where its loops fit the loop budget, else
+/// [`emit_scatter_add_scan`].
 pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
+    let chunks = k.ids.numel().div_ceil(WORKGROUP as usize) as u64;
+    if chunks * list_trips_per_chunk() <= LOOP_BUDGET {
+        emit_scatter_add_lists(e, k)
+    } else {
+        emit_scatter_add_scan(e, k)
+    }
+}
+
+/// Loop iterations of one chunk of [`emit_scatter_add_lists`] at worst: the scan's rounds and
+/// a list as long as the chunk.
+fn list_trips_per_chunk() -> u64 {
+    u64::from(WORKGROUP.trailing_zeros()) + u64::from(WORKGROUP) + 1
+}
+
+/// One workgroup per output row `v` and block of 256 columns. It walks the positions in chunks
+/// of 256: each thread tests one position's id, a prefix sum in workgroup memory lists the
+/// chunk's matching positions in order, and each thread adds the listed `dy` rows in its column.
+/// The ids are read once per row (not once per element), the rows of `dy` only where they
+/// match, and every sum runs in position order, so results are deterministic.
+fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
+    let (rows, width) = (k.out.shape[0], k.out.shape[1]);
+    let len = k.ids.numel();
+    let col_blocks = width.div_ceil(WORKGROUP as usize);
+    let mut s = String::new();
+    writeln!(s, "var<workgroup> hits: array<u32, {WORKGROUP}>;").unwrap();
+    writeln!(s, "var<workgroup> list: array<u32, {WORKGROUP}>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+    writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
+    let (rows_p, width_p, blocks_p, len_p) = (
+        e.param(rows),
+        e.param(width),
+        e.param(col_blocks),
+        e.param(len),
+    );
+    writeln!(s, "    let g = wid.x + wid.y * nwg.x;").unwrap();
+    writeln!(s, "    let v = g / {blocks_p};").unwrap();
+    // uniform: the whole workgroup leaves
+    writeln!(s, "    if (v >= {rows_p}) {{ return; }}").unwrap();
+    writeln!(
+        s,
+        "    let col = (g % {blocks_p}) * {WORKGROUP}u + lid;
+    let live = col < {width_p};
+    let colc = min(col, {width_p} - 1u);
+    let len = {len_p};"
+    )
+    .unwrap();
+    let dy = bind_view(e, &mut s, "dy", &k.dy);
+    let ids = bind_view(e, &mut s, "ids", &k.ids);
+    let o = bind_view(e, &mut s, "o", &k.out);
+    let id_dims = e.params(&k.ids.shape);
+    let r = k.ids.rank();
+    let mut id_addr = "ids_base".to_string();
+    let mut dy_addr = "dy_base".to_string();
+    for axis in 0..r {
+        write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
+        write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
+    }
+    write!(dy_addr, " + colc * dy_s{r}").unwrap();
+    writeln!(s, "    var acc = 0.0;").unwrap();
+    writeln!(
+        s,
+        "    for (var c = 0u; c < (len + {WORKGROUP}u - 1u) / {WORKGROUP}u; c = c + 1u) {{"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "        let pos = c * {WORKGROUP}u + lid;
+        let posc = min(pos, len - 1u);"
+    )
+    .unwrap();
+    decompose(&mut s, "        ", "posc", "q", &id_dims);
+    writeln!(
+        s,
+        "        let hit = pos < len && {} == i32(v);",
+        load(&ids, &id_addr, DType::I32)
+    )
+    .unwrap();
+    writeln!(s, "        hits[lid] = select(0u, 1u, hit);").unwrap();
+    writeln!(s, "        workgroupBarrier();").unwrap();
+    // inclusive prefix sum of the hits (Hillis and Steele)
+    writeln!(
+        s,
+        "        for (var w = 1u; w < {WORKGROUP}u; w = w << 1u) {{
+            var t = hits[lid];
+            if (lid >= w) {{ t = t + hits[lid - w]; }}
+            workgroupBarrier();
+            hits[lid] = t;
+            workgroupBarrier();
+        }}"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "        if (hit) {{ list[hits[lid] - 1u] = posc; }}
+        let count = hits[{}u];
+        workgroupBarrier();",
+        WORKGROUP - 1
+    )
+    .unwrap();
+    writeln!(s, "        for (var j = 0u; j < count; j = j + 1u) {{").unwrap();
+    decompose(&mut s, "            ", "list[j]", "q", &id_dims);
+    writeln!(
+        s,
+        "            acc = acc + {dy}[{dy_addr}];
+        }}"
+    )
+    .unwrap();
+    // the next chunk overwrites the hits and the list
+    writeln!(
+        s,
+        "        workgroupBarrier();
+    }}"
+    )
+    .unwrap();
+    writeln!(
+        s,
+        "    if (live) {{ {o}[o_base + v * o_s0 + col * o_s1] = acc; }}
+}}"
+    )
+    .unwrap();
+    e.loop_trips(len.div_ceil(WORKGROUP as usize) as u64 * list_trips_per_chunk());
+    (
+        s,
+        grid(rows * col_blocks),
+        2 * WORKGROUP * WORD_BYTES as u32,
+    )
+}
+
+/// The scan form: each output element scans all ids, which a segment of threads shares (as a
+/// row kernel does) so that no thread's loop grows with the number of positions beyond
+/// `positions / 256`.
+fn emit_scatter_add_scan(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
     let rows = k.out.numel();
     let len = k.ids.numel();
     let seg = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
