@@ -23,11 +23,11 @@ pub mod schedule;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
+use sinter_ir::Graph;
 use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
     Requirements, Role, TensorSlot, WORD_BYTES,
 };
-use sinter_ir::{DType, Graph};
 
 pub use error::CompileError;
 use memory::MemoryPlan;
@@ -382,7 +382,7 @@ fn pack(
     req.max_storage_buffer_binding_size = largest;
     req.max_buffer_size = largest;
 
-    let (tensors, blob) = tensor_slots(graph, sched, mem);
+    let tensors = tensor_slots(graph, sched, mem);
     let declared: HashMap<sinter_ir::ValueId, usize> = sched
         .buffers
         .iter()
@@ -440,7 +440,7 @@ fn pack(
         assigns,
         memory,
         optimizer: None,
-        blob,
+        blob: Vec::new(),
     };
     artifact
         .check()
@@ -448,14 +448,13 @@ fn pack(
     Ok(artifact)
 }
 
-/// The I/O manifest and the initial-value blob.
+/// The I/O manifest; params and states carry their initializers.
 fn tensor_slots(
     graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
-) -> (Vec<TensorSlot>, Vec<u8>) {
+) -> Vec<TensorSlot> {
     let mut slots = Vec::new();
-    let mut blob = Vec::new();
     for (i, b) in sched.buffers.iter().enumerate() {
         let (value, role, init) = match b.kind {
             BufferKind::Temp => continue,
@@ -467,17 +466,6 @@ fn tensor_slots(
             },
         };
         let ty = graph.ty(value).clone();
-        let init = init.map(|init| {
-            let start = blob.len() as u64;
-            let t = sinter_ir::init::initial_value(&ty, init);
-            for &v in &t.data {
-                match ty.dtype {
-                    DType::F32 => blob.extend_from_slice(&(v as f32).to_le_bytes()),
-                    DType::I32 => blob.extend_from_slice(&(v as i32).to_le_bytes()),
-                }
-            }
-            (start, blob.len() as u64 - start)
-        });
         let p = mem.placements[i];
         slots.push(TensorSlot {
             name: graph.name_of(value).to_string(),
@@ -485,7 +473,9 @@ fn tensor_slots(
             ty,
             arena: p.arena,
             offset: p.offset,
-            init,
+            // the runtime evaluates initializers at load: the file does not grow with weights
+            init: None,
+            fill: init.cloned(),
             index_bound: sched.index_bounds.get(&value).map(|&b| b as u64),
             at_least: None,
         });
@@ -499,11 +489,12 @@ fn tensor_slots(
             arena: p.arena,
             offset: p.offset + o.view.offset as u64 * WORD_BYTES,
             init: None,
+            fill: None,
             index_bound: None,
             at_least: None,
         });
     }
-    (slots, blob)
+    slots
 }
 
 /// Text of a kernel graph for `--dump-after optimize`: one line per kernel with the source ops

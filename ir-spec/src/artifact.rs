@@ -11,7 +11,12 @@
 //! | 8 | manifest length `m` |
 //! | 8 | blob length `b` |
 //! | m | manifest: [`Artifact`] as JSON |
-//! | b | blob: initial values of params and states, as their slots' `init` ranges say |
+//! | b | blob: initial values of params and states given as bytes, as their slots' `init` ranges say |
+//!
+//! A param or state whose program gives it an initializer (`zeros`, `normal(..)`, ...) carries
+//! it as a [`TensorSlot::fill`] spec instead, which the runtime evaluates at load exactly as
+//! [`crate::init`] specifies (zeros cost nothing: buffers start zeroed), so an artifact's size
+//! does not grow with its weights.
 //!
 //! **Invariant:** a runtime reading this file needs no knowledge of the IR's ops: kernels are
 //! WGSL text, dispatches are (kernel, param words, workgroup counts), tensors are (arena, byte
@@ -24,7 +29,7 @@ pub const MAGIC: [u8; 8] = *b"SINTART\0";
 /// Bytes of one arena word: arenas are `array<f32>`, and i32 values live in them as bit
 /// patterns. Offsets in param blocks count words; offsets in the manifest count bytes.
 pub const WORD_BYTES: u64 = crate::types::DType::F32.size_bytes() as u64;
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const HEADER_LEN: usize = 32;
 
 /// A compiled graph.
@@ -171,6 +176,10 @@ pub struct TensorSlot {
     pub offset: u64,
     /// Byte range of the initial value in the blob (params and states).
     pub init: Option<(u64, u64)>,
+    /// The initializer of a param or state, evaluated by the runtime at load (bit for bit as
+    /// [`crate::init::initial_bytes`]); never together with `init`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fill: Option<crate::graph::Init>,
     /// For i32 inputs that index something (embedding ids, class labels): every value must lie
     /// in `0..index_bound`. The runtime checks before uploading, since a kernel can only turn
     /// an out-of-range index into NaN.
@@ -376,6 +385,17 @@ impl Artifact {
                     t.name
                 ));
             }
+            if let Some(fill) = &t.fill {
+                if t.init.is_some() || !matches!(t.role, Role::Param | Role::State) {
+                    return bad(format!(
+                        "`{}` has an initializer but is not a param or state without bytes",
+                        t.name
+                    ));
+                }
+                if let Err((_, why)) = crate::init::check(fill) {
+                    return bad(format!("initializer of `{}`: {why}", t.name));
+                }
+            }
         }
         for a in &self.assigns {
             if !in_arena(a.source_arena, a.source_offset, a.bytes)
@@ -479,6 +499,7 @@ mod tests {
                 arena: 0,
                 offset: 16,
                 init: Some((0, 16)),
+                fill: None,
                 index_bound: None,
                 at_least: None,
             }],

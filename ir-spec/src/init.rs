@@ -50,35 +50,74 @@ impl SplitMix64 {
     }
 }
 
+/// Whether `init`'s arguments are valid: a finite mean and a finite, non-negative std; finite
+/// uniform bounds with `lo < hi`. The error names the offending argument and says why.
+pub fn check(init: &Init) -> Result<(), (&'static str, String)> {
+    match *init {
+        Init::Normal { mean, .. } if !mean.is_finite() => {
+            Err(("mean", format!("mean={mean} must be finite")))
+        }
+        Init::Normal { std, .. } if !(std >= 0.0 && std.is_finite()) => {
+            Err(("std", format!("std={std} must be finite and not negative")))
+        }
+        Init::Uniform { lo, hi, .. } if !(lo.is_finite() && hi.is_finite()) => Err((
+            "hi",
+            format!("uniform bounds lo={lo}, hi={hi} must be finite"),
+        )),
+        Init::Uniform { lo, hi, .. } if hi <= lo => {
+            Err(("hi", format!("uniform needs lo < hi, got lo={lo}, hi={hi}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The first value of a param or state of type `ty` declared with `init`.
 pub fn initial_value(ty: &TensorType, init: &Init) -> Tensor {
-    let n = ty.numel();
-    let data: Vec<f64> = match *init {
-        Init::Zeros => vec![0.0; n],
-        Init::Ones => vec![1.0; n],
-        Init::Full(v) => vec![v; n],
-        Init::Uniform { lo, hi, seed } => {
-            let mut rng = SplitMix64::new(seed);
-            (0..n).map(|_| lo + (hi - lo) * rng.next_unit()).collect()
-        }
-        Init::Normal { mean, std, seed } => {
-            let mut rng = SplitMix64::new(seed);
-            let mut data = Vec::with_capacity(n + 1);
-            while data.len() < n {
-                let u1 = 1.0 - rng.next_unit();
-                let u2 = rng.next_unit();
-                let r = (-2.0 * u1.ln()).sqrt();
-                let theta = 2.0 * std::f64::consts::PI * u2;
-                data.push(mean + std * r * theta.cos());
-                data.push(mean + std * r * theta.sin());
-            }
-            data.truncate(n);
-            data
-        }
-    };
-    let data = match ty.dtype {
-        DType::F32 => data,
-        DType::I32 => data.into_iter().map(|v| (v as i32) as f64).collect(),
-    };
+    let data = values(init, ty.numel())
+        .map(|v| match ty.dtype {
+            DType::F32 => v,
+            DType::I32 => (v as i32) as f64,
+        })
+        .collect();
     Tensor::new(ty.clone(), data)
+}
+
+/// [`initial_value`] as the runtime stores it: each value rounded to f32 (or truncated to i32),
+/// little-endian, without holding the f64 values.
+pub fn initial_bytes(ty: &TensorType, init: &Init) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ty.size_bytes());
+    for v in values(init, ty.numel()) {
+        match ty.dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// The `n` values of `init` in C order, in f64 (see the module docs).
+pub fn values(init: &Init, n: usize) -> impl Iterator<Item = f64> + '_ {
+    let mut rng = match *init {
+        Init::Uniform { seed, .. } | Init::Normal { seed, .. } => SplitMix64::new(seed),
+        _ => SplitMix64::new(0),
+    };
+    // the second sample `z = r · sin θ` of the last Box–Muller pair
+    let mut pending: Option<f64> = None;
+    (0..n).map(move |_| match *init {
+        Init::Zeros => 0.0,
+        Init::Ones => 1.0,
+        Init::Full(v) => v,
+        Init::Uniform { lo, hi, .. } => lo + (hi - lo) * rng.next_unit(),
+        Init::Normal { mean, std, .. } => {
+            if let Some(z) = pending.take() {
+                return mean + std * z;
+            }
+            let u1 = 1.0 - rng.next_unit();
+            let u2 = rng.next_unit();
+            let r = (-2.0 * u1.ln()).sqrt();
+            let theta = 2.0 * std::f64::consts::PI * u2;
+            pending = Some(r * theta.sin());
+            mean + std * (r * theta.cos())
+        }
+    })
 }

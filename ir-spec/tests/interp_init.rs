@@ -64,6 +64,39 @@ fn follows_the_documented_construction() {
     assert_eq!(normal, want);
 }
 
+/// `mean + std · z` with `z = r · cos θ` as one value, as IR.md says (not `(std · r) · cos θ`,
+/// which rounds differently for a std that is not a power of two), and the runtime's f32 bytes
+/// are those values rounded.
+#[test]
+fn normal_scales_the_whole_sample_and_bytes_round_it() {
+    let u = draws(7, 6);
+    let z = |k: usize| {
+        let (u1, u2) = (1.0 - u[2 * k], u[2 * k + 1]);
+        let r = (-2.0 * u1.ln()).sqrt();
+        let th = 2.0 * std::f64::consts::PI * u2;
+        (r * th.cos(), r * th.sin())
+    };
+    let init = Init::Normal {
+        mean: 0.1,
+        std: 0.02,
+        seed: 7,
+    };
+    let got = check(&[5], init.clone());
+    let want = [z(0).0, z(0).1, z(1).0, z(1).1, z(2).0].map(|z| 0.1 + 0.02 * z);
+    assert_eq!(got, want);
+    let ty = TensorType::f32(vec![5]);
+    let bytes = sinter_ir::init::initial_bytes(&ty, &init);
+    let rounded: Vec<u8> = want
+        .iter()
+        .flat_map(|&v| (v as f32).to_le_bytes())
+        .collect();
+    assert_eq!(bytes, rounded);
+    let ids = TensorType::new(sinter_ir::DType::I32, vec![3]);
+    let full = Init::Full(-2.7);
+    let ints: Vec<u8> = [-2i32; 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(sinter_ir::init::initial_bytes(&ids, &full), ints);
+}
+
 #[test]
 fn deterministic_per_seed() {
     let a = check(

@@ -238,6 +238,7 @@ mod tests {
             arena: 0,
             offset,
             init: None,
+            fill: None,
             index_bound: None,
             at_least: None,
         }

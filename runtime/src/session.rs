@@ -23,6 +23,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 
+use sinter_ir::Init;
 use sinter_ir::artifact::{Artifact, Role, TensorSlot};
 
 use crate::device::{AdapterChoice, Gpu, declared_limits};
@@ -181,10 +182,17 @@ impl Session {
                 );
                 gpu.queue.write_buffer(&params, 0, &plan.uniform);
                 for t in &artifact.tensors {
+                    let arena = &arenas[t.arena as usize];
                     if let Some((off, len)) = t.init.filter(|&(_, len)| len > 0) {
                         let bytes = &artifact.blob[off as usize..(off + len) as usize];
-                        gpu.queue
-                            .write_buffer(&arenas[t.arena as usize], t.offset, bytes);
+                        gpu.queue.write_buffer(arena, t.offset, bytes);
+                    }
+                    // buffers start zeroed, so a zeros initializer costs nothing
+                    if let Some(fill) = t.fill.as_ref().filter(|f| **f != Init::Zeros)
+                        && t.size_bytes() > 0
+                    {
+                        let bytes = sinter_ir::init::initial_bytes(&t.ty, fill);
+                        gpu.queue.write_buffer(arena, t.offset, &bytes);
                     }
                 }
                 let some = |n: u64| n > 0;

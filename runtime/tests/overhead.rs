@@ -42,6 +42,7 @@ fn chain(d: u32) -> Artifact {
         arena: 0,
         offset,
         init: None,
+        fill: None,
         index_bound: None,
         at_least: None,
     };

@@ -57,6 +57,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
         arena: 0,
         offset,
         init: None,
+        fill: None,
         index_bound: None,
         at_least: None,
     };

@@ -102,6 +102,7 @@ fn slot(name: &str, role: Role, ty: TensorType, arena: u32, offset: u64) -> Tens
         arena,
         offset,
         init: None,
+        fill: None,
         index_bound: None,
         at_least: None,
     }

@@ -71,3 +71,35 @@ fn address_words_outside_their_arena() {
     let err = reload_error(|a| a.dispatches[0].address_words.push([0, 7]));
     assert!(err.contains("arena binding 7"), "{err}");
 }
+
+#[test]
+fn initializers_only_on_params_and_states_and_valid() {
+    use sinter_ir::Init;
+    use sinter_ir::artifact::Role;
+    let input = |a: &Artifact| {
+        a.tensors
+            .iter()
+            .position(|t| t.role == Role::Input)
+            .unwrap()
+    };
+    let err = reload_error(|a| {
+        let i = input(a);
+        a.tensors[i].fill = Some(Init::Ones);
+    });
+    assert!(err.contains("is not a param or state"), "{err}");
+    let src = "graph t {\n  input x: f32[3]\n  param w: f32[3] = normal(std=0.5, seed=4)\n  y = mul(x, w)\n  output y\n}\n";
+    let graph = sinter_ir::text::parse(src).unwrap();
+    let mut a = sinter_compiler::compile(&graph, &Default::default())
+        .unwrap()
+        .artifact;
+    let w = a.tensors.iter().position(|t| t.name == "w").unwrap();
+    a.tensors[w].fill = Some(Init::Normal {
+        mean: 0.0,
+        std: -1.0,
+        seed: 4,
+    });
+    match Artifact::from_bytes(&a.to_bytes()) {
+        Err(e) => assert!(e.to_string().contains("std=-1 must be finite"), "{e}"),
+        Ok(_) => panic!("a negative std loaded"),
+    }
+}

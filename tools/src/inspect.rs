@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use sinter_ir::artifact::{Artifact, FORMAT_VERSION, Kernel, Role};
+use sinter_ir::artifact::{Artifact, FORMAT_VERSION, Kernel, Role, TensorSlot};
 
 use crate::error::CliError;
 use crate::{artifact, console, units};
@@ -145,12 +145,14 @@ fn artifact_json(artifact: &Artifact) -> Value {
                 "arena": t.arena,
                 "offset": t.offset,
                 "size_bytes": t.size_bytes(),
+                "initial_value": initial_value(t),
             })
         })
         .collect();
     json!({
         "graph": artifact.graph,
         "format_version": FORMAT_VERSION,
+        "initial_value_bytes": artifact.blob.len(),
         "kernels": kernels,
         "arena_bytes": memory.peak_bytes,
         "lower_bound_bytes": memory.lower_bound_bytes,
@@ -204,6 +206,48 @@ fn table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A tensor's initial value as the file holds it: an initializer the runtime evaluates at load,
+/// bytes in the blob, or nothing (inputs and outputs).
+fn initial_value(t: &TensorSlot) -> String {
+    match (&t.fill, t.init) {
+        (Some(fill), _) => fill.to_string(),
+        (None, Some((_, len))) => format!("{} in the file", units::bytes(len)),
+        (None, None) => "-".to_string(),
+    }
+}
+
+/// What the file's bytes are: the manifest's kernels (WGSL), dispatches (param words) and the
+/// rest, and the initial values stored as bytes; and how many values the runtime generates.
+fn file_contents(artifact: &Artifact, file: &Path) -> String {
+    let file_bytes = std::fs::metadata(file).map_or(0, |m| m.len());
+    // bytes as the manifest's JSON writes them
+    let kernels = serde_json::to_vec(&artifact.kernels).map_or(0, |b| b.len() as u64);
+    let dispatches = serde_json::to_vec(&artifact.dispatches).map_or(0, |b| b.len() as u64);
+    let blob = artifact.blob.len() as u64;
+    let rest = file_bytes.saturating_sub(kernels + dispatches + blob);
+    let generated: usize = artifact
+        .tensors
+        .iter()
+        .filter(|t| t.fill.is_some())
+        .map(|t| t.ty.numel())
+        .sum();
+    let initializers = artifact.tensors.iter().filter(|t| t.fill.is_some()).count();
+    format!(
+        "\nfile: {} = kernels' WGSL and metadata {} ({} kernels) + dispatches {} ({}) + the rest of \
+         the manifest {} + initial values as bytes {}; {} values from {} initializers are \
+         generated at load\n",
+        units::bytes(file_bytes),
+        units::bytes(kernels),
+        artifact.kernels.len(),
+        units::bytes(dispatches),
+        artifact.dispatches.len(),
+        units::bytes(rest),
+        units::bytes(blob),
+        generated,
+        initializers,
+    )
+}
+
 fn listing(artifact: &Artifact, file: &Path) -> String {
     use Align::{Left, Right};
     let mut s = String::new();
@@ -214,6 +258,8 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
         file.display(),
         artifact.graph
     );
+
+    s.push_str(&file_contents(artifact, file));
 
     let r = &artifact.requirements;
     let features = if r.features.is_empty() {
@@ -363,6 +409,7 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
                 t.ty.to_string(),
                 t.arena.to_string(),
                 t.offset.to_string(),
+                initial_value(t),
             ]
         })
         .collect();
@@ -373,6 +420,7 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
             ("type", Left),
             ("arena", Right),
             ("offset", Right),
+            ("initial value", Left),
         ],
         &rows,
     ));

@@ -163,22 +163,7 @@ fn check_init(
             .find(|a| a.name.name == key)
             .map_or(name.span, |a| a.span)
     };
-    let problem = match *init {
-        Init::Normal { mean, .. } if !mean.is_finite() => {
-            Some(("mean", format!("mean={mean} must be finite")))
-        }
-        Init::Normal { std, .. } if !(std >= 0.0 && std.is_finite()) => {
-            Some(("std", format!("std={std} must be finite and not negative")))
-        }
-        Init::Uniform { lo, hi, .. } if !(lo.is_finite() && hi.is_finite()) => Some((
-            "hi",
-            format!("uniform bounds lo={lo}, hi={hi} must be finite"),
-        )),
-        Init::Uniform { lo, hi, .. } if hi <= lo => {
-            Some(("hi", format!("uniform needs lo < hi, got lo={lo}, hi={hi}")))
-        }
-        _ => None,
-    };
+    let problem = crate::init::check(init).err();
     match problem {
         Some((key, message)) => {
             let diag = Diagnostic::error(message, span_of(key).range()).with_label("invalid");

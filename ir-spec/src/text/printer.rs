@@ -156,6 +156,13 @@ fn attr_text(out: &mut String, value: &Attr) {
 
 /// `zeros`, `full(0.5)`, `normal(std=0.02, seed=1)`, ...; arguments equal to their default
 /// (compared bit for bit) are omitted.
+/// An initializer as the text format writes it: `normal(std=0.02, seed=3)`.
+impl std::fmt::Display for Init {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&init_text(self))
+    }
+}
+
 fn init_text(init: &Init) -> String {
     let arg = |name: &str, v: f64, default: f64| {
         (v.to_bits() != default.to_bits()).then(|| format!("{name}={}", format_float(v)))
