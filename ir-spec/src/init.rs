@@ -24,6 +24,9 @@ use crate::graph::Init;
 use crate::interp::Tensor;
 use crate::types::{DType, TensorType};
 
+/// SplitMix64's increment γ.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// SplitMix64: the random stream of the initializers.
 #[derive(Clone, Debug)]
 pub struct SplitMix64 {
@@ -35,9 +38,17 @@ impl SplitMix64 {
         SplitMix64 { state: seed }
     }
 
+    /// The stream of `seed` after `draws` draws (SplitMix64 is counter-based: the state after
+    /// `k` draws is `seed + k · γ`).
+    pub fn after(seed: u64, draws: usize) -> SplitMix64 {
+        SplitMix64 {
+            state: seed.wrapping_add((draws as u64).wrapping_mul(GAMMA)),
+        }
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.state = self.state.wrapping_add(GAMMA);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -83,27 +94,54 @@ pub fn initial_value(ty: &TensorType, init: &Init) -> Tensor {
 }
 
 /// [`initial_value`] as the runtime stores it: each value rounded to f32 (or truncated to i32),
-/// little-endian, without holding the f64 values.
+/// little-endian, without holding the f64 values. Large tensors are generated in parallel
+/// (natively): the stream is counter-based, so each chunk starts at its own draw.
 pub fn initial_bytes(ty: &TensorType, init: &Init) -> Vec<u8> {
-    let mut out = Vec::with_capacity(ty.size_bytes());
-    for v in values(init, ty.numel()) {
-        match ty.dtype {
-            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-            DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+    let n = ty.numel();
+    let size = ty.dtype.size_bytes();
+    let mut out = vec![0u8; n * size];
+    let write = |start: usize, part: &mut [u8]| {
+        for (v, dst) in values_from(init, start).zip(part.chunks_exact_mut(size)) {
+            match ty.dtype {
+                DType::F32 => dst.copy_from_slice(&(v as f32).to_le_bytes()),
+                DType::I32 => dst.copy_from_slice(&(v as i32).to_le_bytes()),
+            }
         }
+    };
+    let threads = if cfg!(target_arch = "wasm32") {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |t| t.get())
+    };
+    // even chunks, so that no Box–Muller pair straddles two
+    let chunk = n.div_ceil(threads).max(1 << 16).next_multiple_of(2);
+    if threads == 1 || n <= chunk {
+        write(0, &mut out);
+        return out;
     }
+    std::thread::scope(|scope| {
+        for (i, part) in out.chunks_mut(chunk * size).enumerate() {
+            scope.spawn(move || write(i * chunk, part));
+        }
+    });
     out
 }
 
 /// The `n` values of `init` in C order, in f64 (see the module docs).
 pub fn values(init: &Init, n: usize) -> impl Iterator<Item = f64> + '_ {
+    values_from(init, 0).take(n)
+}
+
+/// The values of `init` from element `start` (even for `normal`) on, in C order.
+fn values_from(init: &Init, start: usize) -> impl Iterator<Item = f64> + '_ {
+    // a uniform draws once per element, a normal twice per pair of elements
     let mut rng = match *init {
-        Init::Uniform { seed, .. } | Init::Normal { seed, .. } => SplitMix64::new(seed),
+        Init::Uniform { seed, .. } | Init::Normal { seed, .. } => SplitMix64::after(seed, start),
         _ => SplitMix64::new(0),
     };
     // the second sample `z = r · sin θ` of the last Box–Muller pair
     let mut pending: Option<f64> = None;
-    (0..n).map(move |_| match *init {
+    std::iter::repeat(()).map(move |_| match *init {
         Init::Zeros => 0.0,
         Init::Ones => 1.0,
         Init::Full(v) => v,

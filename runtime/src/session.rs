@@ -222,7 +222,8 @@ impl Session {
         // Layouts and pipelines, each kernel in its own error scope so failures name it.
         let mut layouts: Vec<(wgpu::BindGroupLayout, wgpu::PipelineLayout)> = Vec::new();
         let mut layout_of: HashMap<LayoutKey, usize> = HashMap::new();
-        let mut pipelines = Vec::new();
+        // (kernel, layout) of each distinct pipeline, created together below
+        let mut jobs: Vec<(usize, usize)> = Vec::new();
         let mut pipeline_of: HashMap<(&str, &str, bool, usize), usize> = HashMap::new();
         let mut kernel_pipeline = vec![usize::MAX; artifact.kernels.len()];
         let mut unbounded = 0;
@@ -246,19 +247,24 @@ impl Session {
                 kernel_pipeline[k] = p;
                 continue;
             }
-            let (pipeline, err) = gpu
-                .capture(|| create_pipeline(device, kernel, &layouts[layout].1))
-                .await;
+            unbounded += usize::from(kernel.loops_bounded);
+            jobs.push((k, layout));
+            pipeline_of.insert(pkey, jobs.len() - 1);
+            kernel_pipeline[k] = jobs.len() - 1;
+        }
+        let jobs: Vec<(&sinter_ir::artifact::Kernel, &wgpu::PipelineLayout)> = jobs
+            .iter()
+            .map(|&(k, layout)| (&artifact.kernels[k], &layouts[layout].1))
+            .collect();
+        let mut pipelines = Vec::with_capacity(jobs.len());
+        for ((kernel, _), (pipeline, err)) in jobs.iter().zip(create_pipelines(&gpu, &jobs).await) {
             if let Some(message) = err {
                 return Err(RuntimeError::Shader {
                     kernel: kernel.name.clone(),
                     message,
                 });
             }
-            unbounded += usize::from(kernel.loops_bounded);
             pipelines.push(pipeline);
-            pipeline_of.insert(pkey, pipelines.len() - 1);
-            kernel_pipeline[k] = pipelines.len() - 1;
         }
 
         let ((bind_groups, steps), err) = gpu
@@ -877,6 +883,57 @@ fn create_layout(
         immediate_size: 0,
     });
     (bind, pipeline)
+}
+
+/// Creates the pipelines of `jobs`, each with the error it raised. Natively on several threads
+/// (drivers compile shaders in parallel, and wgpu's error scopes are per thread); in a browser
+/// one after the other.
+async fn create_pipelines(
+    gpu: &Gpu,
+    jobs: &[(&sinter_ir::artifact::Kernel, &wgpu::PipelineLayout)],
+) -> Vec<(wgpu::ComputePipeline, Option<String>)> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        if threads > 1 && jobs.len() > 1 {
+            let per = jobs.len().div_ceil(threads);
+            return std::thread::scope(|scope| {
+                let handles: Vec<_> = jobs
+                    .chunks(per)
+                    .map(|part| {
+                        scope.spawn(move || {
+                            part.iter()
+                                .map(|&(kernel, layout)| {
+                                    pollster::block_on(create_one(gpu, kernel, layout))
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| match h.join() {
+                        Ok(done) => done,
+                        Err(panic) => std::panic::resume_unwind(panic),
+                    })
+                    .collect()
+            });
+        }
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for &(kernel, layout) in jobs {
+        out.push(create_one(gpu, kernel, layout).await);
+    }
+    out
+}
+
+async fn create_one(
+    gpu: &Gpu,
+    kernel: &sinter_ir::artifact::Kernel,
+    layout: &wgpu::PipelineLayout,
+) -> (wgpu::ComputePipeline, Option<String>) {
+    gpu.capture(|| create_pipeline(&gpu.device, kernel, layout))
+        .await
 }
 
 fn create_pipeline(

@@ -103,3 +103,19 @@ fn initializers_only_on_params_and_states_and_valid() {
         Ok(_) => panic!("a negative std loaded"),
     }
 }
+
+/// A kernel whose WGSL does not compile (pipelines are created on several threads) is named in
+/// the load error, whichever thread created it.
+#[test]
+fn a_broken_kernel_is_named_when_loading() {
+    let mut a = compiled();
+    assert!(a.kernels.len() > 1);
+    let last = a.kernels.len() - 1;
+    a.kernels[last].wgsl = "@compute @workgroup_size(1) fn main() { let x = ; }".into();
+    let name = a.kernels[last].name.clone();
+    match sinter_runtime::Session::load(a) {
+        Err(sinter_runtime::RuntimeError::Shader { kernel, .. }) => assert_eq!(kernel, name),
+        Err(other) => panic!("expected a shader error, got {other}"),
+        Ok(_) => panic!("a broken kernel loaded"),
+    }
+}
