@@ -129,22 +129,9 @@ impl Attr {
     }
 }
 
-/// Shortest decimal text that reads back as the same `f64`, always with a `.` or exponent so it
-/// lexes as a float.
-pub fn format_float(v: f64) -> String {
-    if v.is_nan() {
-        return "nan".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    let s = format!("{v:?}");
-    if s.contains(['.', 'e', 'E']) {
-        s
-    } else {
-        format!("{s}.0")
-    }
-}
+// Shortest decimal text that reads back as the same `f64`, always with a `.` or exponent so it
+// lexes as a float (shared with the artifact crate, which prints initializers).
+pub use sinter_artifact::format_float;
 
 impl fmt::Display for Attr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -37,17 +37,7 @@ impl NodeId {
     }
 }
 
-/// How a param or state gets its first value.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum Init {
-    Zeros,
-    Ones,
-    Full(f64),
-    Normal { mean: f64, std: f64, seed: u64 },
-    Uniform { lo: f64, hi: f64, seed: u64 },
-}
-
-impl Eq for Init {}
+pub use sinter_artifact::Init;
 
 /// Where a value comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! Deterministic initializers for params and states.
+//! Deterministic initializers for params and states (defined in `sinter_artifact::init`, which
+//! the runtime shares; re-exported here with the interpreter's [`initial_value`]).
 //!
 //! A param or state declared with an [`Init`] starts from [`initial_value`]. The random
 //! initializers are specified exactly, so that the interpreter, the artifact writer and any
@@ -20,67 +21,10 @@
 //! Values are computed in f64; a consumer storing f32 rounds each to nearest. For an i32 tensor
 //! each value is converted as `cast` does (truncation toward zero).
 
-use crate::graph::Init;
+pub use sinter_artifact::init::*;
+
 use crate::interp::Tensor;
 use crate::types::{DType, TensorType};
-
-/// SplitMix64's increment γ.
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// SplitMix64: the random stream of the initializers.
-#[derive(Clone, Debug)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64 { state: seed }
-    }
-
-    /// The stream of `seed` after `draws` draws (SplitMix64 is counter-based: the state after
-    /// `k` draws is `seed + k · γ`).
-    pub fn after(seed: u64, draws: usize) -> SplitMix64 {
-        SplitMix64 {
-            state: seed.wrapping_add((draws as u64).wrapping_mul(GAMMA)),
-        }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(GAMMA);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1), from the top 53 bits of a draw.
-    pub fn next_unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-}
-
-/// Whether `init`'s arguments are valid: a finite mean and a finite, non-negative std; finite
-/// uniform bounds with `lo < hi`. The error names the offending argument and says why.
-pub fn check(init: &Init) -> Result<(), (&'static str, String)> {
-    match *init {
-        Init::Normal { mean, .. } if !mean.is_finite() => {
-            Err(("mean", format!("mean={mean} must be finite")))
-        }
-        Init::Normal { std, .. } if !(std >= 0.0 && std.is_finite()) => {
-            Err(("std", format!("std={std} must be finite and not negative")))
-        }
-        Init::Uniform { lo, hi, .. } if !(lo.is_finite() && hi.is_finite()) => Err((
-            "hi",
-            format!("uniform bounds lo={lo}, hi={hi} must be finite"),
-        )),
-        Init::Uniform { lo, hi, .. } if hi <= lo => {
-            Err(("hi", format!("uniform needs lo < hi, got lo={lo}, hi={hi}")))
-        }
-        _ => Ok(()),
-    }
-}
 
 /// The first value of a param or state of type `ty` declared with `init`.
 pub fn initial_value(ty: &TensorType, init: &Init) -> Tensor {
@@ -91,71 +35,4 @@ pub fn initial_value(ty: &TensorType, init: &Init) -> Tensor {
         })
         .collect();
     Tensor::new(ty.clone(), data)
-}
-
-/// [`initial_value`] as the runtime stores it: each value rounded to f32 (or truncated to i32),
-/// little-endian, without holding the f64 values. Large tensors are generated in parallel
-/// (natively): the stream is counter-based, so each chunk starts at its own draw.
-pub fn initial_bytes(ty: &TensorType, init: &Init) -> Vec<u8> {
-    let n = ty.numel();
-    let size = ty.dtype.size_bytes();
-    let mut out = vec![0u8; n * size];
-    let write = |start: usize, part: &mut [u8]| {
-        for (v, dst) in values_from(init, start).zip(part.chunks_exact_mut(size)) {
-            match ty.dtype {
-                DType::F32 => dst.copy_from_slice(&(v as f32).to_le_bytes()),
-                DType::I32 => dst.copy_from_slice(&(v as i32).to_le_bytes()),
-            }
-        }
-    };
-    let threads = if cfg!(target_arch = "wasm32") {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |t| t.get())
-    };
-    // even chunks, so that no Box–Muller pair straddles two
-    let chunk = n.div_ceil(threads).max(1 << 16).next_multiple_of(2);
-    if threads == 1 || n <= chunk {
-        write(0, &mut out);
-        return out;
-    }
-    std::thread::scope(|scope| {
-        for (i, part) in out.chunks_mut(chunk * size).enumerate() {
-            scope.spawn(move || write(i * chunk, part));
-        }
-    });
-    out
-}
-
-/// The `n` values of `init` in C order, in f64 (see the module docs).
-pub fn values(init: &Init, n: usize) -> impl Iterator<Item = f64> + '_ {
-    values_from(init, 0).take(n)
-}
-
-/// The values of `init` from element `start` (even for `normal`) on, in C order.
-fn values_from(init: &Init, start: usize) -> impl Iterator<Item = f64> + '_ {
-    // a uniform draws once per element, a normal twice per pair of elements
-    let mut rng = match *init {
-        Init::Uniform { seed, .. } | Init::Normal { seed, .. } => SplitMix64::after(seed, start),
-        _ => SplitMix64::new(0),
-    };
-    // the second sample `z = r · sin θ` of the last Box–Muller pair
-    let mut pending: Option<f64> = None;
-    std::iter::repeat(()).map(move |_| match *init {
-        Init::Zeros => 0.0,
-        Init::Ones => 1.0,
-        Init::Full(v) => v,
-        Init::Uniform { lo, hi, .. } => lo + (hi - lo) * rng.next_unit(),
-        Init::Normal { mean, std, .. } => {
-            if let Some(z) = pending.take() {
-                return mean + std * z;
-            }
-            let u1 = 1.0 - rng.next_unit();
-            let u2 = rng.next_unit();
-            let r = (-2.0 * u1.ln()).sqrt();
-            let theta = 2.0 * std::f64::consts::PI * u2;
-            pending = Some(r * theta.sin());
-            mean + std * (r * theta.cos())
-        }
-    })
 }

@@ -6,7 +6,7 @@
 //! **Architecture Invariant:** this crate depends on no compiler or GPU crate (no egg, naga or
 //! wgpu): it is the contract both the compiler and the runtime build against.
 
-pub mod artifact;
+pub use sinter_artifact::artifact;
 pub mod attr;
 pub mod decompose;
 pub mod diag;
@@ -18,7 +18,7 @@ pub mod interp;
 pub mod op;
 pub mod text;
 pub mod train;
-pub mod types;
+pub use sinter_artifact::types;
 
 pub use attr::{Attr, Attrs, Key, key};
 pub use graph::{Assign, Graph, GraphError, Init, Node, NodeId, Value, ValueDef, ValueId};

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use sinter_ir::artifact::Requirements;
+use sinter_artifact::artifact::Requirements;
 
 use crate::error::RuntimeError;
 use crate::profile::{Timestamps, timestamp_support};

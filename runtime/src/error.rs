@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use sinter_ir::TensorType;
-use sinter_ir::artifact::{ArtifactError, Role};
+use sinter_artifact::TensorType;
+use sinter_artifact::artifact::{ArtifactError, Role};
 
 use crate::io::IoError;
 

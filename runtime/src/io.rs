@@ -11,8 +11,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use sinter_artifact::{DType, TensorType};
+#[cfg(feature = "interp")]
 use sinter_ir::interp::Tensor;
-use sinter_ir::{DType, TensorType};
 
 /// Elements of a host tensor.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +71,8 @@ impl HostTensor {
     }
 
     /// Converts an interpreter tensor: f64 rounds to the nearest f32; i32 values are exact in f64.
+    /// (Feature `interp`, which links the IR crate for its interpreter.)
+    #[cfg(feature = "interp")]
     pub fn from_interp(t: &Tensor) -> HostTensor {
         let data = match t.ty.dtype {
             DType::F32 => TensorData::F32(t.data.iter().map(|&v| v as f32).collect()),
@@ -81,6 +84,7 @@ impl HostTensor {
         }
     }
 
+    #[cfg(feature = "interp")]
     pub fn to_interp(&self) -> Tensor {
         let data = match &self.data {
             TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
@@ -956,6 +960,7 @@ mod tests {
         assert_eq!(err.to_string(), "a f32[2, 3] tensor needs 24 bytes, got 5");
     }
 
+    #[cfg(feature = "interp")]
     #[test]
     fn interp_conversion() {
         let t = sample_i32();

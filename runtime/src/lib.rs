@@ -30,7 +30,7 @@
 //! adapter lacks, a damaged artifact, a kernel that fails to build, an input of the wrong type.
 //!
 //! **Architecture Invariant:** the runtime never links the compiler; it knows the artifact
-//! schema (`sinter_ir::artifact`) and nothing of the IR's ops.
+//! schema (`sinter_artifact::artifact`) and nothing of the IR's ops.
 //!
 //! **Architecture Invariant:** only `native.rs` (blocking wrappers, files) and the native half of
 //! `readback.rs` (`device.poll`) block or touch the file
@@ -53,4 +53,4 @@ pub use error::RuntimeError;
 pub use native::{available_adapters, read_artifact};
 pub use profile::{DispatchTime, KernelTime, Profile, ProfileOptions, TimestampMode};
 pub use session::{LoadReport, Outputs, Session};
-pub use sinter_ir::artifact::Artifact;
+pub use sinter_artifact::artifact::Artifact;

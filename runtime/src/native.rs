@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use sinter_ir::artifact::Artifact;
+use sinter_artifact::artifact::Artifact;
 
 use crate::device::{AdapterChoice, describe_adapter, list_adapters};
 use crate::error::RuntimeError;

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use sinter_ir::artifact::{Artifact, ArtifactError, Role, WORD_BYTES};
+use sinter_artifact::artifact::{Artifact, ArtifactError, Role, WORD_BYTES};
 
 use crate::device::LimitNeed;
 
@@ -210,8 +210,8 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sinter_ir::TensorType;
-    use sinter_ir::artifact::{
+    use sinter_artifact::TensorType;
+    use sinter_artifact::artifact::{
         ArenaLayout, AssignCopy, Dispatch, Kernel, MemoryReport, Requirements, TensorSlot,
     };
 

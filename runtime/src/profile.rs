@@ -106,9 +106,9 @@ impl ProfileOptions {
 /// The median time of one dispatch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DispatchTime {
-    /// Index into [`Artifact::dispatches`](sinter_ir::artifact::Artifact::dispatches).
+    /// Index into [`Artifact::dispatches`](sinter_artifact::artifact::Artifact::dispatches).
     pub dispatch: usize,
-    /// Index into [`Artifact::kernels`](sinter_ir::artifact::Artifact::kernels).
+    /// Index into [`Artifact::kernels`](sinter_artifact::artifact::Artifact::kernels).
     pub kernel: usize,
     pub median_ns: f64,
 }
@@ -116,7 +116,7 @@ pub struct DispatchTime {
 /// One kernel's share of a run: the median over the repeats of the summed time of its dispatches.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
-    /// Index into [`Artifact::kernels`](sinter_ir::artifact::Artifact::kernels).
+    /// Index into [`Artifact::kernels`](sinter_artifact::artifact::Artifact::kernels).
     pub kernel: usize,
     pub name: String,
     /// The fusion pattern the compiler gave the kernel (`matmul`, `elementwise`, ...).

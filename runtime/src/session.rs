@@ -23,8 +23,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 
-use sinter_ir::Init;
-use sinter_ir::artifact::{Artifact, Role, TensorSlot};
+use sinter_artifact::Init;
+use sinter_artifact::artifact::{Artifact, Role, TensorSlot};
 
 use crate::device::{AdapterChoice, Gpu, declared_limits};
 use crate::error::RuntimeError;
@@ -191,7 +191,7 @@ impl Session {
                     if let Some(fill) = t.fill.as_ref().filter(|f| **f != Init::Zeros)
                         && t.size_bytes() > 0
                     {
-                        let bytes = sinter_ir::init::initial_bytes(&t.ty, fill);
+                        let bytes = sinter_artifact::init::initial_bytes(&t.ty, fill);
                         gpu.queue.write_buffer(arena, t.offset, &bytes);
                     }
                 }
@@ -252,7 +252,7 @@ impl Session {
             pipeline_of.insert(pkey, jobs.len() - 1);
             kernel_pipeline[k] = jobs.len() - 1;
         }
-        let jobs: Vec<(&sinter_ir::artifact::Kernel, &wgpu::PipelineLayout)> = jobs
+        let jobs: Vec<(&sinter_artifact::artifact::Kernel, &wgpu::PipelineLayout)> = jobs
             .iter()
             .map(|&(k, layout)| (&artifact.kernels[k], &layouts[layout].1))
             .collect();
@@ -890,7 +890,7 @@ fn create_layout(
 /// one after the other.
 async fn create_pipelines(
     gpu: &Gpu,
-    jobs: &[(&sinter_ir::artifact::Kernel, &wgpu::PipelineLayout)],
+    jobs: &[(&sinter_artifact::artifact::Kernel, &wgpu::PipelineLayout)],
 ) -> Vec<(wgpu::ComputePipeline, Option<String>)> {
     #[cfg(not(target_arch = "wasm32"))]
     {
@@ -929,7 +929,7 @@ async fn create_pipelines(
 
 async fn create_one(
     gpu: &Gpu,
-    kernel: &sinter_ir::artifact::Kernel,
+    kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
 ) -> (wgpu::ComputePipeline, Option<String>) {
     gpu.capture(|| create_pipeline(&gpu.device, kernel, layout))
@@ -938,7 +938,7 @@ async fn create_one(
 
 fn create_pipeline(
     device: &wgpu::Device,
-    kernel: &sinter_ir::artifact::Kernel,
+    kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
 ) -> wgpu::ComputePipeline {
     let desc = wgpu::ShaderModuleDescriptor {

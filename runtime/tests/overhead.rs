@@ -12,8 +12,8 @@
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
-use sinter_ir::TensorType;
-use sinter_ir::artifact::{
+use sinter_artifact::TensorType;
+use sinter_artifact::artifact::{
     ArenaLayout, Artifact, Dispatch, Kernel, MemoryReport, Requirements, Role, TensorSlot,
 };
 use sinter_runtime::io::{HostTensor, TensorData};

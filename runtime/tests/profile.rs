@@ -6,8 +6,8 @@
 //! `SINTER_SKIP_GPU_TESTS=1`. An adapter without `TIMESTAMP_QUERY` makes them check the error
 //! and stop.
 
-use sinter_ir::TensorType;
-use sinter_ir::artifact::{
+use sinter_artifact::TensorType;
+use sinter_artifact::artifact::{
     ArenaLayout, Artifact, Dispatch, Kernel, MemoryReport, Requirements, Role, TensorSlot,
 };
 use sinter_runtime::io::{HostTensor, TensorData};

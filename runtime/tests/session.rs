@@ -7,8 +7,8 @@
 //! Without an adapter these tests fail with the no-adapter message, unless
 //! `SINTER_SKIP_GPU_TESTS=1`, in which case they say they were skipped.
 
-use sinter_ir::TensorType;
-use sinter_ir::artifact::{
+use sinter_artifact::TensorType;
+use sinter_artifact::artifact::{
     ArenaLayout, Artifact, AssignCopy, Dispatch, Kernel, MemoryReport, Requirements, Role,
     TensorSlot,
 };

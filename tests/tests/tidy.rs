@@ -2,7 +2,8 @@
 //! the source tree, so that a change that breaks one fails `cargo test` with the file and line.
 //!
 //! - crate dependencies: `sinter-ir` links no compiler or GPU crate, the runtime never links the
-//!   compiler, the compiler never links the runtime;
+//!   compiler (and the IR crate only behind its `interp` feature), the artifact schema links
+//!   nothing of the front end, the compiler never links the runtime;
 //! - file access (`std::fs` and friends) only in the runtime's native layer (`runtime/src/
 //!   native.rs`) among the library crates (the CLI and tests may);
 //! - element and word sizes only through `DType::size_bytes` (and `WORD_BYTES`): no literal `4`
@@ -183,12 +184,38 @@ fn crate_dependencies_follow_the_layout() {
             "the runtime never links the compiler",
         ),
         (
+            "ir-spec/artifact",
+            &[
+                "sinter-ir",
+                "codespan-reporting",
+                "egg",
+                "naga",
+                "wgpu",
+                "sinter-compiler",
+                "sinter-runtime",
+            ],
+            "the artifact schema is all a runtime needs: no front end, no GPU crate",
+        ),
+        (
             "compiler",
             &["wgpu", "sinter-runtime"],
             "the compiler emits artifacts, it does not run them",
         ),
     ];
     let mut broken = Vec::new();
+    // the runtime links the IR crate only behind its `interp` feature (for tests and tools)
+    let runtime = std::fs::read_to_string(repo().join("runtime/Cargo.toml")).expect("Cargo.toml");
+    for line in runtime
+        .lines()
+        .filter(|l| l.trim_start().starts_with("sinter-ir"))
+    {
+        if !line.contains("optional = true") {
+            broken.push(format!(
+                "runtime/Cargo.toml: `{line}`: the runtime links the IR crate only as an \
+                 optional dependency"
+            ));
+        }
+    }
     for (krate, forbidden, why) in rules {
         let deps = dependencies(&repo().join(krate).join("Cargo.toml"));
         assert!(!deps.is_empty(), "{krate}/Cargo.toml lists no dependencies");
@@ -206,7 +233,12 @@ fn only_the_native_layer_touches_files() {
     let allowed = ["runtime/src/native.rs"];
     let patterns = ["std::fs", "fs::", "File::", "OpenOptions", "read_dir("];
     let mut files = Vec::new();
-    for dir in ["ir-spec/src", "compiler/src", "runtime/src"] {
+    for dir in [
+        "ir-spec/src",
+        "ir-spec/artifact/src",
+        "compiler/src",
+        "runtime/src",
+    ] {
         rust_files(&repo().join(dir), &mut files);
     }
     let mut found = Vec::new();
@@ -366,7 +398,13 @@ fn multiplies_by_four(code: &str) -> bool {
 #[test]
 fn element_sizes_only_through_dtype() {
     let mut files = Vec::new();
-    for dir in ["ir-spec/src", "compiler/src", "runtime/src", "tools/src"] {
+    for dir in [
+        "ir-spec/src",
+        "ir-spec/artifact/src",
+        "compiler/src",
+        "runtime/src",
+        "tools/src",
+    ] {
         rust_files(&repo().join(dir), &mut files);
     }
     let mut found = Vec::new();

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use super::MAX_INLINE_DEPTH;
 use crate::attr::{Attr, format_float};
-use crate::graph::{Graph, Init, Node, NodeId, ValueDef, ValueId};
+use crate::graph::{Graph, Node, NodeId, ValueDef, ValueId};
 use crate::op::Op;
 
 /// Prints a graph as `.sir` text.
@@ -38,10 +38,10 @@ impl Printer<'_> {
             match &value.def {
                 ValueDef::Input => out += &format!("  input  {}: {ty}\n", value.name),
                 ValueDef::Param(init) => {
-                    out += &format!("  param  {}: {ty} = {}\n", value.name, init_text(init));
+                    out += &format!("  param  {}: {ty} = {}\n", value.name, init);
                 }
                 ValueDef::State(init) => {
-                    out += &format!("  state  {}: {ty} = {}\n", value.name, init_text(init));
+                    out += &format!("  state  {}: {ty} = {}\n", value.name, init);
                 }
                 ValueDef::Node { node, index: 0 } if !self.inlined[node.index()] => {
                     out += &format!("  {}\n", self.statement(*node));
@@ -151,40 +151,6 @@ fn attr_text(out: &mut String, value: &Attr) {
             }
             out.push(']');
         }
-    }
-}
-
-/// `zeros`, `full(0.5)`, `normal(std=0.02, seed=1)`, ...; arguments equal to their default
-/// (compared bit for bit) are omitted.
-/// An initializer as the text format writes it: `normal(std=0.02, seed=3)`.
-impl std::fmt::Display for Init {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&init_text(self))
-    }
-}
-
-fn init_text(init: &Init) -> String {
-    let arg = |name: &str, v: f64, default: f64| {
-        (v.to_bits() != default.to_bits()).then(|| format!("{name}={}", format_float(v)))
-    };
-    let seed = |s: u64| (s != 0).then(|| format!("seed={s}"));
-    let (name, args) = match *init {
-        Init::Zeros => return "zeros".into(),
-        Init::Ones => return "ones".into(),
-        Init::Full(v) => return format!("full({})", format_float(v)),
-        Init::Normal { mean, std, seed: s } => (
-            "normal",
-            [arg("std", std, 1.0), arg("mean", mean, 0.0), seed(s)],
-        ),
-        Init::Uniform { lo, hi, seed: s } => {
-            ("uniform", [arg("lo", lo, 0.0), arg("hi", hi, 1.0), seed(s)])
-        }
-    };
-    let args: Vec<String> = args.into_iter().flatten().collect();
-    if args.is_empty() {
-        name.to_string()
-    } else {
-        format!("{name}({})", args.join(", "))
     }
 }
 

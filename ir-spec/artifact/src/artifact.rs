@@ -179,7 +179,7 @@ pub struct TensorSlot {
     /// The initializer of a param or state, evaluated by the runtime at load (bit for bit as
     /// [`crate::init::initial_bytes`]); never together with `init`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fill: Option<crate::graph::Init>,
+    pub fill: Option<crate::init::Init>,
     /// For i32 inputs that index something (embedding ids, class labels): every value must lie
     /// in `0..index_bound`. The runtime checks before uploading, since a kernel can only turn
     /// an out-of-range index into NaN.
