@@ -83,6 +83,14 @@ fn check(case: &Case) {
         case.name
     );
     if case.want.len() == 3 {
+        // D = rowsum(dO ∘ O), the backward kernels' operand, is the kernel attention-delta built
+        assert!(
+            kg.nodes
+                .iter()
+                .any(|n| n.rules.iter().any(|r| r == "attention-delta")),
+            "{}: no kernel credited to attention-delta",
+            case.name
+        );
         let scores = stored_scores(&kg, case.sq, case.sk);
         assert!(
             scores.is_empty(),

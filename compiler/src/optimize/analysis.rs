@@ -19,6 +19,9 @@ pub type Graph = EGraph<ENode, Types>;
 pub struct Types {
     /// Type of each input, param and state, by value index.
     pub leaves: Vec<Option<TensorType>>,
+    /// Classes a computed rule made from a new identity (`D = rowsum(dO ∘ O)`), with the rule's
+    /// name, so that `inspect` credits the kernel that computes one to that rule.
+    pub built_by: Vec<(egg::Id, &'static str)>,
 }
 
 #[derive(Clone, Debug)]

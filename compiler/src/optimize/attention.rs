@@ -178,6 +178,7 @@ fn attention_delta(g: &mut Graph, n: &ENode) -> Option<Id> {
                 ));
                 g.union(id, k);
             }
+            g.analysis.built_by.push((id, "attention-delta"));
             return Some(id);
         }
     }
@@ -547,6 +548,8 @@ fn backward(g: &mut Graph, x: Id, kind: FlashKind) -> Option<(Id, Id, Id)> {
             .and(key::KEEPDIM, true),
         vec![dm],
     ));
+    // the backward kernels read D = rowsum(dO ∘ O), attention-delta's identity
+    g.analysis.built_by.push((delta, "attention-delta"));
     let spec = FlashSpec {
         kind,
         score: sc.program,

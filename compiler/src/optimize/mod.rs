@@ -264,7 +264,10 @@ fn build(g: &Graph) -> Built {
         .iter()
         .map(|v| (!matches!(v.def, ValueDef::Node { .. })).then(|| v.ty.clone()))
         .collect();
-    let mut egraph = analysis::Graph::new(Types { leaves });
+    let mut egraph = analysis::Graph::new(Types {
+        leaves,
+        built_by: Vec::new(),
+    });
     let mut class_of = vec![Id::from(0usize); g.values.len()];
     let mut original = HashMap::default();
     for v in g.value_ids() {
@@ -650,7 +653,14 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
         // each inline absorbs one source op; an epilogue starts from the product and one consumer
         let inlined =
             |start: usize| format!("fuse-producer x{}", absorbed.len().saturating_sub(start));
+        let built_by = eg
+            .analysis
+            .built_by
+            .iter()
+            .find(|&&(class, _)| eg.find(class) == c)
+            .map(|(_, rule)| rule.to_string());
         let mut rules = match &node.head {
+            Head::Kernel(_) if built_by.is_some() => built_by.into_iter().collect(),
             Head::Kernel(_) => vec![inlined(1)],
             Head::MatmulEpilogue(_) => vec!["fuse-matmul-epilogue".to_string(), inlined(2)],
             _ => Vec::new(),
