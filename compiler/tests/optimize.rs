@@ -60,6 +60,10 @@ const RULE_CASES: &[(&str, &str)] = &[
         "y = transpose(transpose(x, dim0=0, dim1=1), dim0=1, dim1=0)",
     ),
     (
+        "transpose-sum",
+        "y = transpose(sum(t, axes=[0, 2], keepdim=true), dim0=0, dim1=1)",
+    ),
+    (
         "permute-permute",
         "y = permute(permute(t, perm=[1, 2, 0]), perm=[2, 0, 1])",
     ),

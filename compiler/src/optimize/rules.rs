@@ -243,7 +243,33 @@ pub fn layout() -> Vec<Rule> {
         computed("permute-identity",    Op::Permute, identity_view),
         // squeeze(unsqueeze(x, a), a) = x
         computed("squeeze-unsqueeze",   Op::Squeeze, squeeze_unsqueeze),
+        // transpose(sum(x, A, keepdim), a, b) = sum(transpose(x, a, b), σ(A), keepdim), σ = (a b)
+        computed("transpose-sum",       Op::Transpose, transpose_sum),
     ]
+}
+
+fn transpose_sum(g: &mut Graph, n: &ENode) -> Option<Id> {
+    let (_, attrs) = n.ir()?;
+    let sum = node_of(g, n.kids[0], Op::Sum)?;
+    let (_, sum_attrs) = sum.ir()?;
+    if !sum_attrs.of(key::KEEPDIM) {
+        return None;
+    }
+    let (a, b) = (attrs.of(key::DIM0), attrs.of(key::DIM1));
+    let swap = |x: usize| match x {
+        x if x == a => b,
+        x if x == b => a,
+        x => x,
+    };
+    let mut axes: Vec<usize> = sum_attrs.of(key::AXES).iter().map(|&x| swap(x)).collect();
+    axes.sort_unstable();
+    let inner = add_op(g, Op::Transpose, attrs.clone(), vec![sum.kids[0]]);
+    Some(add_op(
+        g,
+        Op::Sum,
+        sum_attrs.clone().and(key::AXES, axes),
+        vec![inner],
+    ))
 }
 
 fn transpose_transpose(g: &mut Graph, n: &ENode) -> Option<Id> {
