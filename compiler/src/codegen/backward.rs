@@ -3,12 +3,13 @@
 
 use std::fmt::Write;
 
-use super::conv::{advance_window, bind_view, header};
+use super::conv::{advance_window, bind_view, header, window_loop};
 use super::{
     ENTRY_ARGS, Emitter, LOOP_BUDGET, NEG_INF, WORKGROUP, decompose, grid, load, strided_loop,
     unroll_factor,
 };
 use crate::kernel::{Conv2dGrad, Pool2dGrad, ScatterAdd, SliceGrad};
+use crate::layout::View;
 use sinter_ir::DType;
 use sinter_ir::artifact::WORD_BYTES;
 
@@ -100,20 +101,7 @@ if (th >= 0i && u32(th) % SH == 0u && tw >= 0i && u32(tw) % SW == 0u) {{
             advance_window("oo")
         );
         s.push_str("    var oo = 0u;\n    var i = 0u;\n    var j = 0u;\n");
-        strided_loop(
-            &mut s,
-            "    ",
-            "t",
-            "0u",
-            &total_p,
-            "1u",
-            unroll,
-            &|s, indent| {
-                for line in body.lines() {
-                    writeln!(s, "{indent}{line}").unwrap();
-                }
-            },
-        );
+        window_loop(&mut s, &total_p, unroll, &body);
     }
     writeln!(
         s,
@@ -123,15 +111,12 @@ if (th >= 0i && u32(th) % SH == 0u && tw >= 0i && u32(tw) % SW == 0u) {{
     (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
 }
 
-/// `dw[o, ci, i, j] = sum over n, oh, ow of x[n, g * C_G + ci, ih, iw] * dy[n, o, oh, ow]`:
-/// a segment of threads reduces each weight element's `N * OH * OW` terms.
-pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3], u32) {
-    let rows = k.out.numel();
-    let (n, oh, ow) = (k.b.shape[0], k.b.shape[2], k.b.shape[3]);
-    let len = n * oh * ow;
+/// The start of a segment kernel, one output element of `out` per segment of `SEG` threads
+/// that share its `len` terms: `SEG`, the `red` buffer, the entry point, `lane`, `row`, `live`,
+/// `len` and the element's coordinates `k0, k1, ..`. Returns `(SEG, segments per workgroup)`.
+fn segment_prologue(e: &mut Emitter, s: &mut String, out: &View, len: usize) -> (u32, u32) {
     let seg = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
     let per_group = WORKGROUP / seg;
-    let mut s = String::new();
     writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
     writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
@@ -142,14 +127,25 @@ pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 
         "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + lid / SEG;"
     )
     .unwrap();
-    let (rows_p, len_p) = (e.param(rows), e.param(len));
+    let (rows_p, len_p) = (e.param(out.numel()), e.param(len));
     writeln!(
         s,
         "    let live = row < {rows_p};\n    let len = select(0u, {len_p}, live);"
     )
     .unwrap();
-    let out_dims = e.params(&k.out.shape);
-    decompose(&mut s, "    ", "select(0u, row, live)", "k", &out_dims);
+    let out_dims = e.params(&out.shape);
+    decompose(s, "    ", "select(0u, row, live)", "k", &out_dims);
+    (seg, per_group)
+}
+
+/// `dw[o, ci, i, j] = sum over n, oh, ow of x[n, g * C_G + ci, ih, iw] * dy[n, o, oh, ow]`:
+/// a segment of threads reduces each weight element's `N * OH * OW` terms.
+pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3], u32) {
+    let rows = k.out.numel();
+    let (n, oh, ow) = (k.b.shape[0], k.b.shape[2], k.b.shape[3]);
+    let len = n * oh * ow;
+    let mut s = String::new();
+    let (seg, per_group) = segment_prologue(e, &mut s, &k.out, len);
     let x = bind_view(e, &mut s, "x", &k.a);
     let dy = bind_view(e, &mut s, "dy", &k.b);
     let o = bind_view(e, &mut s, "o", &k.out);
@@ -313,6 +309,20 @@ pub fn emit_scatter_add(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u
     }
 }
 
+/// The addresses of a scatter-add's id at position `q0, q1, ..` and of its `dy` element in
+/// column `col` (bound by [`bind_view`] as `ids` and `dy`).
+fn scatter_addresses(k: &ScatterAdd, col: &str) -> (String, String) {
+    let r = k.ids.rank();
+    let mut id_addr = "ids_base".to_string();
+    let mut dy_addr = "dy_base".to_string();
+    for axis in 0..r {
+        write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
+        write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
+    }
+    write!(dy_addr, " + {col} * dy_s{r}").unwrap();
+    (id_addr, dy_addr)
+}
+
 /// Loop iterations of one chunk of [`emit_scatter_add_lists`] at worst: the scan's rounds and
 /// a list as long as the chunk.
 fn list_trips_per_chunk() -> u64 {
@@ -355,14 +365,7 @@ fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3],
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
     let id_dims = e.params(&k.ids.shape);
-    let r = k.ids.rank();
-    let mut id_addr = "ids_base".to_string();
-    let mut dy_addr = "dy_base".to_string();
-    for axis in 0..r {
-        write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
-        write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
-    }
-    write!(dy_addr, " + colc * dy_s{r}").unwrap();
+    let (id_addr, dy_addr) = scatter_addresses(k, "colc");
     writeln!(s, "    var acc = 0.0;").unwrap();
     writeln!(
         s,
@@ -439,39 +442,13 @@ fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3],
 fn emit_scatter_add_scan(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], u32) {
     let rows = k.out.numel();
     let len = k.ids.numel();
-    let seg = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
-    let per_group = WORKGROUP / seg;
     let mut s = String::new();
-    writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
-    writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
-    writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
-    writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
-    writeln!(s, "    let lane = lid % SEG;").unwrap();
-    writeln!(
-        s,
-        "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + lid / SEG;"
-    )
-    .unwrap();
-    let (rows_p, len_p) = (e.param(rows), e.param(len));
-    writeln!(
-        s,
-        "    let live = row < {rows_p};\n    let len = select(0u, {len_p}, live);"
-    )
-    .unwrap();
-    let out_dims = e.params(&k.out.shape);
-    decompose(&mut s, "    ", "select(0u, row, live)", "k", &out_dims);
+    let (seg, per_group) = segment_prologue(e, &mut s, &k.out, len);
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
     let id_dims = e.params(&k.ids.shape);
-    let r = k.ids.rank();
-    let mut id_addr = "ids_base".to_string();
-    let mut dy_addr = "dy_base".to_string();
-    for axis in 0..r {
-        write!(id_addr, " + q{axis} * ids_s{axis}").unwrap();
-        write!(dy_addr, " + q{axis} * dy_s{axis}").unwrap();
-    }
-    write!(dy_addr, " + k1 * dy_s{r}").unwrap();
+    let (id_addr, dy_addr) = scatter_addresses(k, "k1");
     let body = format!(
         "if ({} == i32(k0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
         load(&ids, &id_addr, DType::I32)

@@ -126,20 +126,7 @@ if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
             advance_window("ci")
         );
         writeln!(s, "    var ci = 0u;\n    var i = 0u;\n    var j = 0u;").unwrap();
-        strided_loop(
-            &mut s,
-            "    ",
-            "t",
-            "0u",
-            &total_p,
-            "1u",
-            unroll,
-            &|s, indent| {
-                for line in body.lines() {
-                    writeln!(s, "{indent}{line}").unwrap();
-                }
-            },
-        );
+        window_loop(&mut s, &total_p, unroll, &body);
     }
     writeln!(
         s,
@@ -218,20 +205,7 @@ if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
             advance_window("")
         );
         writeln!(s, "    var i = 0u;\n    var j = 0u;").unwrap();
-        strided_loop(
-            &mut s,
-            "    ",
-            "t",
-            "0u",
-            &total_p,
-            "1u",
-            unroll,
-            &|s, indent| {
-                for line in body.lines() {
-                    writeln!(s, "{indent}{line}").unwrap();
-                }
-            },
-        );
+        window_loop(&mut s, &total_p, unroll, &body);
     }
     if !k.max {
         // count_include_pad: the divisor is the whole window.
@@ -248,6 +222,16 @@ if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
 
 /// WGSL that advances the window position `(outer, i, j)` by one in row-major order over
 /// `KH x KW` (`outer` counts whole windows, e.g. channels; none when empty).
+/// The flat loop over a window's `total` steps (`t`), each running `body` (which advances the
+/// window's counters with [`advance_window`]), unrolled `unroll` times.
+pub(super) fn window_loop(s: &mut String, total: &str, unroll: u32, body: &str) {
+    strided_loop(s, "    ", "t", "0u", total, "1u", unroll, &|s, indent| {
+        for line in body.lines() {
+            writeln!(s, "{indent}{line}").unwrap();
+        }
+    });
+}
+
 pub(super) fn advance_window(outer: &str) -> String {
     let carry = if outer.is_empty() {
         String::new()
