@@ -582,6 +582,15 @@ impl Body {
         self.line(indent, "}");
     }
 
+    /// `c` over the tile `v` (see [`Body::write_tile`]): the first stage of the streamed operand
+    /// loaded, the tile written, then the product; inside a column block (indent 2).
+    fn tile_product(&mut self, v: &str, c: &ColumnProduct) {
+        self.column_first_stage(2, c);
+        self.write_tile(2, v);
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, c);
+    }
+
     /// Writes `v[a][b]` (an `array<vec4<f32>, 4>`) to the tile.
     fn write_tile(&mut self, indent: usize, v: &str) {
         let mut t = String::new();
@@ -887,10 +896,7 @@ impl Body {
             ],
         );
         self.probabilities_and_gradients(o.lse, o.delta, false);
-        self.column_first_stage(2, &gk);
-        self.write_tile(2, "y");
-        self.line(2, "workgroupBarrier();");
-        self.column_product(2, &gk);
+        self.tile_product("y", &gk);
         self.line(1, "}");
         self.line(1, "}");
         self.store_rows(out, "acc", f.d, "SQ", &|x, _| x.to_string());
@@ -965,14 +971,8 @@ impl Body {
         );
         self.probabilities_and_gradients(o.lse, o.delta, true);
         // dV += P·dO, then dK += G·Q through the same tile
-        self.column_first_stage(2, &pdo);
-        self.write_tile(2, "x");
-        self.line(2, "workgroupBarrier();");
-        self.column_product(2, &pdo);
-        self.column_first_stage(2, &gq);
-        self.write_tile(2, "y");
-        self.line(2, "workgroupBarrier();");
-        self.column_product(2, &gq);
+        self.tile_product("x", &pdo);
+        self.tile_product("y", &gq);
         self.line(1, "}");
         self.line(1, "}");
         self.store_rows(&outs[0], "dk", f.d, "SK", &|x, _| x.to_string());
