@@ -168,22 +168,32 @@ pub fn gpu_and_interpreter(
     let compiled =
         sinter_compiler::compile(graph, options).unwrap_or_else(|e| panic!("compile: {e}"));
     let mut session = Session::load(compiled.artifact).unwrap_or_else(|e| panic!("load: {e}"));
+    let mut got = run_session(&mut session, inputs);
+    want.outputs
+        .into_iter()
+        .map(|(name, expected)| {
+            let actual = got
+                .remove(&name)
+                .unwrap_or_else(|| panic!("GPU run lacks output `{name}`"));
+            assert_eq!(actual.ty, expected.ty, "output `{name}` type");
+            (name, actual, expected)
+        })
+        .collect()
+}
+
+/// Runs `session` once on `inputs` (panicking on an error); returns every output.
+pub fn run_session(
+    session: &mut Session,
+    inputs: &HashMap<String, Tensor>,
+) -> HashMap<String, Tensor> {
     let host: Vec<(String, HostTensor)> = inputs
         .iter()
         .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
         .collect();
     let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
-    want.outputs
-        .into_iter()
-        .map(|(name, expected)| {
-            let actual = got
-                .get(&name)
-                .unwrap_or_else(|| panic!("GPU run lacks output `{name}`"))
-                .to_interp();
-            assert_eq!(actual.ty, expected.ty, "output `{name}` type");
-            (name, actual, expected)
-        })
+    got.iter()
+        .map(|(name, t)| (name.to_string(), t.to_interp()))
         .collect()
 }
 

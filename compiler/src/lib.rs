@@ -331,13 +331,17 @@ fn pack(
             }
             None => {
                 let name = format!("k{}_{}", kernels.len(), step.plan.pattern());
-                codegen::validate(&name, &src.wgsl)?;
+                codegen::validate(&name, &src.wgsl, false)?;
+                if let Some(wgsl) = &src.subgroup_wgsl {
+                    codegen::validate(&name, wgsl, true)?;
+                }
                 let i = kernels.len() as u32;
                 kernels.push(Kernel {
                     name,
                     pattern: step.plan.pattern().to_string(),
                     ops: step.ops.clone(),
                     wgsl: src.wgsl.clone(),
+                    subgroup_wgsl: src.subgroup_wgsl.clone(),
                     entry_point: "main".into(),
                     workgroup_size: [codegen::WORKGROUP, 1, 1],
                     arena_bindings: src.arenas.len() as u32,

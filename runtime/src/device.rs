@@ -23,6 +23,10 @@ pub struct AdapterChoice {
     /// Ask the device for GPU timestamp queries, so that [`crate::Session::profile`] works.
     /// Off by default: a device gets no feature it does not need.
     pub profiling: bool,
+    /// Run every kernel's plain form, even where the adapter has subgroups and the kernel a
+    /// subgroup form (`SINTER_SUBGROUPS=off`): for comparing the two, and for drivers whose
+    /// subgroup support misbehaves.
+    pub no_subgroups: bool,
 }
 
 impl AdapterChoice {
@@ -37,6 +41,10 @@ impl AdapterChoice {
             backends,
             name_contains: var("SINTER_ADAPTER"),
             profiling: false,
+            no_subgroups: match var("SINTER_SUBGROUPS") {
+                None => false,
+                Some(value) => !parse_switch("SINTER_SUBGROUPS", &value)?,
+            },
         })
     }
 }
@@ -53,6 +61,18 @@ fn parse_backend(value: &str) -> Result<wgpu::Backends, RuntimeError> {
             });
         }
     })
+}
+
+/// An on/off environment setting.
+fn parse_switch(name: &'static str, value: &str) -> Result<bool, RuntimeError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "1" | "yes" | "true" => Ok(true),
+        "off" | "0" | "no" | "false" => Ok(false),
+        _ => Err(RuntimeError::BadSwitch {
+            name,
+            value: value.to_string(),
+        }),
+    }
 }
 
 /// One limit an artifact needs: wgpu's field name and the least acceptable value.
@@ -100,6 +120,8 @@ pub struct Gpu {
     uncaptured: Arc<Mutex<Vec<String>>>,
     /// The timestamp queries the device was created with (see [`AdapterChoice::profiling`]).
     pub(crate) timestamps: Timestamps,
+    /// The device has wgpu's `SUBGROUP` feature, so kernels run their subgroup forms.
+    pub(crate) subgroups: bool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -192,11 +214,14 @@ fn no_adapter_hint() -> &'static str {
 
 impl Gpu {
     /// Picks an adapter and creates a device with the features in `requirements` and every limit
-    /// in `limits` (the declared ones plus what the runtime derives from the artifact).
+    /// in `limits` (the declared ones plus what the runtime derives from the artifact), and
+    /// with subgroups where `wants_subgroups` (some kernel has a subgroup form), the adapter
+    /// has them and `choice` does not turn them off.
     pub(crate) async fn request(
         choice: &AdapterChoice,
         requirements: &Requirements,
         limits: &[LimitNeed],
+        wants_subgroups: bool,
     ) -> Result<Gpu, RuntimeError> {
         let adapters = list_adapters(choice).await;
         if adapters.is_empty() {
@@ -251,6 +276,16 @@ impl Gpu {
         }
         let timestamps = timestamp_support(choice.profiling, adapter.features());
         features |= timestamps.features();
+        // In a browser the subgroup forms would need `enable subgroups;` and the `subgroup_id`
+        // builtins, which naga's WGSL front end (the compiler's validator) does not accept
+        // yet: plain forms there.
+        let subgroups = wants_subgroups
+            && !choice.no_subgroups
+            && !cfg!(target_arch = "wasm32")
+            && adapter.features().contains(wgpu::Features::SUBGROUP);
+        if subgroups {
+            features |= wgpu::Features::SUBGROUP;
+        }
 
         let available = adapter.limits();
         // Start from the downlevel defaults (clamped to the adapter, so that no limit the
@@ -312,6 +347,7 @@ impl Gpu {
             queue,
             uncaptured,
             timestamps,
+            subgroups,
         })
     }
 
@@ -369,5 +405,25 @@ fn error_text(e: &wgpu::Error) -> String {
     match full.split_once("Caused by:") {
         Some((_, cause)) => cause.trim().to_string(),
         None => full.trim().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switches_read_on_and_off_and_name_a_bad_value() {
+        for on in ["on", "1", "YES", " true "] {
+            assert!(parse_switch("SINTER_SUBGROUPS", on).expect("valid"));
+        }
+        for off in ["off", "0", "no", "False"] {
+            assert!(!parse_switch("SINTER_SUBGROUPS", off).expect("valid"));
+        }
+        let err = parse_switch("SINTER_SUBGROUPS", "sometimes").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "SINTER_SUBGROUPS=\"sometimes\" is not a setting: use on or off"
+        );
     }
 }

@@ -23,6 +23,8 @@ pub enum RuntimeError {
     },
     #[error("SINTER_BACKEND={value:?} is not a backend; use vulkan, metal, dx12 or gl")]
     BadBackend { value: String },
+    #[error("{name}={value:?} is not a setting: use on or off")]
+    BadSwitch { name: &'static str, value: String },
     #[error("the artifact needs the device feature {feature}, which wgpu does not know")]
     UnknownFeature { feature: String },
     #[error("the artifact needs the device feature {feature}, which adapter `{adapter}` lacks")]

@@ -221,6 +221,7 @@ mod tests {
             pattern: "elementwise".into(),
             ops: vec![],
             wgsl: String::new(),
+            subgroup_wgsl: None,
             entry_point: "main".into(),
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,

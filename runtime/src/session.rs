@@ -86,6 +86,8 @@ pub struct LoadReport {
     pub uniform_bytes: u64,
     /// Kernels built with wgpu's loop bounding off (`loops_bounded`).
     pub unbounded_loop_kernels: usize,
+    /// Kernels that run their subgroup form (`Kernel::subgroup_wgsl`).
+    pub subgroup_kernels: usize,
 }
 
 /// One recorded dispatch.
@@ -134,7 +136,8 @@ impl Session {
         plan::check(&artifact)?;
         let mut limits = declared_limits(&artifact.requirements);
         limits.extend(Plan::new(&artifact, MAX_UNIFORM_ALIGN).limits(&artifact));
-        let gpu = Gpu::request(choice, &artifact.requirements, &limits).await?;
+        let wants_subgroups = artifact.kernels.iter().any(|k| k.subgroup_wgsl.is_some());
+        let gpu = Gpu::request(choice, &artifact.requirements, &limits, wants_subgroups).await?;
         if let Some(limit) = gpu.loop_limit() {
             let over = artifact
                 .dispatches
@@ -238,7 +241,7 @@ impl Session {
                 layouts.len() - 1
             });
             let pkey = (
-                kernel.wgsl.as_str(),
+                kernel.source(gpu.subgroups),
                 kernel.entry_point.as_str(),
                 kernel.loops_bounded,
                 layout,
@@ -331,6 +334,15 @@ impl Session {
             arena_bytes: arenas.iter().map(wgpu::Buffer::size).sum(),
             uniform_bytes: params.size(),
             unbounded_loop_kernels: unbounded,
+            subgroup_kernels: if gpu.subgroups {
+                artifact
+                    .kernels
+                    .iter()
+                    .filter(|k| k.subgroup_wgsl.is_some())
+                    .count()
+            } else {
+                0
+            },
         };
         Ok(Session {
             gpu,
@@ -932,18 +944,19 @@ async fn create_one(
     kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
 ) -> (wgpu::ComputePipeline, Option<String>) {
-    gpu.capture(|| create_pipeline(&gpu.device, kernel, layout))
+    gpu.capture(|| create_pipeline(&gpu.device, kernel.source(gpu.subgroups), kernel, layout))
         .await
 }
 
 fn create_pipeline(
     device: &wgpu::Device,
+    wgsl: &str,
     kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
 ) -> wgpu::ComputePipeline {
     let desc = wgpu::ShaderModuleDescriptor {
         label: Some(&kernel.name),
-        source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(&kernel.wgsl)),
+        source: wgpu::ShaderSource::Wgsl(Cow::Borrowed(wgsl)),
     };
     let module = if kernel.loops_bounded {
         let checks = wgpu::ShaderRuntimeChecks {

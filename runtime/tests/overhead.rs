@@ -57,6 +57,7 @@ fn chain(d: u32) -> Artifact {
             pattern: "elementwise".into(),
             ops: vec![],
             wgsl: INC.into(),
+            subgroup_wgsl: None,
             entry_point: "main".into(),
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,

@@ -38,6 +38,7 @@ fn kernel(name: &str, pattern: &str, wgsl: String) -> Kernel {
         pattern: pattern.into(),
         ops: vec![],
         wgsl,
+        subgroup_wgsl: None,
         entry_point: "main".into(),
         workgroup_size: [64, 1, 1],
         arena_bindings: 1,

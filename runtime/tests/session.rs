@@ -51,6 +51,7 @@ fn kernel(name: &str, wgsl: String, arena_bindings: u32, loops_bounded: bool) ->
         pattern: "elementwise".into(),
         ops: vec![],
         wgsl,
+        subgroup_wgsl: None,
         entry_point: "main".into(),
         workgroup_size: [64, 1, 1],
         arena_bindings,

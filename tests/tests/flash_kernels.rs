@@ -11,8 +11,7 @@ use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evalua
 use sinter_ir::interp::Tensor;
 use sinter_ir::{DType, Op, TensorType, ValueId};
 use sinter_runtime::Session;
-use sinter_runtime::io::HostTensor;
-use sinter_tests::{Rng, random_tensor, relative_error};
+use sinter_tests::{Rng, random_tensor, relative_error, run_session};
 
 /// The mask of a score function.
 #[derive(Clone, Copy, Debug)]
@@ -211,14 +210,9 @@ fn check(case: &Case, kind: FlashKind) {
     let artifact = sinter_compiler::compile_kernel_graph(&kg, &sinter_compiler::Options::default())
         .unwrap_or_else(|e| panic!("compile: {e}"));
     let mut session = Session::load(artifact).unwrap_or_else(|e| panic!("load: {e}"));
-    let host: Vec<(String, HostTensor)> = feed
-        .iter()
-        .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
-        .collect();
-    let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let got = session.run(&feeds).unwrap_or_else(|e| panic!("run: {e}"));
+    let got = run_session(&mut session, &feed);
     for (name, w) in &want.outputs {
-        let a = got.get(name).expect("output").to_interp();
+        let a = &got[name];
         let err = relative_error(&a.data, &w.data);
         assert!(
             err < 1e-4,

@@ -17,8 +17,13 @@ fn check(example: &str) {
         env!("CARGO_MANIFEST_DIR")
     );
     let src = std::fs::read_to_string(&path).expect("example exists");
-    let graph =
-        sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&path, &src)));
+    snapshot(example, &kernels_text(&src));
+}
+
+/// Every kernel of `src` compiled with the default options, with its subgroup form after it
+/// where it has one.
+fn kernels_text(src: &str) -> String {
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
     let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
         .expect("compiles")
         .artifact;
@@ -32,8 +37,26 @@ fn check(example: &str) {
     .unwrap();
     for k in &artifact.kernels {
         writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+        if let Some(wgsl) = &k.subgroup_wgsl {
+            writeln!(text, "\n===== {} with subgroups =====\n{wgsl}", k.name).unwrap();
+        }
     }
-    snapshot(example, &text);
+    text
+}
+
+/// Rows of one workgroup each: the plain form combines in a workgroup-memory tree, the
+/// subgroup form with `subgroupAdd` (sum) and shuffle butterflies (max with NaN, argmax with
+/// ties), then one partial per subgroup.
+#[test]
+fn row_kernels_with_subgroups() {
+    let src = "graph rows {
+  input x: f32[8, 1000]
+  p = softmax(x, axis=1)
+  a = argmax(x, axis=1)
+  output p, a
+}
+";
+    snapshot("row_kernels_with_subgroups", &kernels_text(src));
 }
 
 #[test]

@@ -59,9 +59,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         console::println(&format!("adapter: {}", session.gpu().describe()))?;
         let r = session.report();
         console::println(&format!(
-            "loaded: {} kernels, {} pipelines ({} without loop bounding), {} bind group layouts, \
-             {} bind groups, {} dispatches per step, arena {}, param blocks {}",
+            "loaded: {} kernels ({} with subgroups), {} pipelines ({} without loop bounding), \
+             {} bind group layouts, {} bind groups, {} dispatches per step, arena {}, param \
+             blocks {}",
             r.kernels,
+            r.subgroup_kernels,
             r.pipelines,
             r.unbounded_loop_kernels,
             r.bind_group_layouts,

@@ -133,6 +133,9 @@ struct Cx<'e, 'm, 'k> {
     body: String,
     /// The WGSL reading each f32 constant from the param block, by bit pattern.
     constants: Vec<(u32, String)>,
+    /// Where in `body` each phase's segment combines its accumulators: (byte offset, how,
+    /// phase). The text there is written per variant (workgroup-memory tree or subgroups).
+    combines: Vec<(usize, Combine, usize)>,
 }
 
 impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
@@ -148,6 +151,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             product_operand: None,
             body: String::new(),
             constants: Vec::new(),
+            combines: Vec::new(),
         }
     }
 
@@ -374,7 +378,15 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         });
         let loops = p.phases.len() as u64 + u64::from(writes_elements);
         let per_loop = (len as u64).div_ceil(u64::from(seg));
-        let combines = p.phases.len() as u64 * u64::from(seg.trailing_zeros());
+        // One row per workgroup: its reductions also have a subgroup form (see
+        // `combine_subgroups`), whose combination loops count more (the larger of the two).
+        let subgroups = seg == WORKGROUP;
+        let per_combine = if subgroups {
+            u64::from(seg.trailing_zeros()).max(SUBGROUP_COMBINE_TRIPS)
+        } else {
+            u64::from(seg.trailing_zeros())
+        };
+        let combines = p.phases.len() as u64 * per_combine;
         let unroll = unroll_factor(per_loop, loops, combines);
         self.e
             .loop_trips(per_loop.div_ceil(u64::from(unroll)) * loops + combines);
@@ -391,7 +403,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             .unwrap();
             writeln!(self.body, "    {init}").unwrap();
             each(&mut self.body, unroll, &rdims, d, &inner);
-            combine_segment(&mut self.body, phase.combine, k);
+            self.combines.push((self.body.len(), phase.combine, k));
         }
         // Per-row outputs: once per row, by lane 0.
         let rows_only: Vec<usize> = (0..p.outputs.len())
@@ -429,20 +441,66 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             }
             each(&mut self.body, unroll, &rdims, d, &inner);
         }
+        let shared = WORKGROUP * if argmax { 8 } else { 4 };
+        let tree = self.module(seg, argmax, Variant::Tree);
+        if subgroups {
+            self.e.subgroup_body = Some(self.module(seg, argmax, Variant::Subgroups));
+        }
+        (tree, grid(rows.div_ceil(per_group as usize)), shared)
+    }
+
+    /// The kernel's text with each phase's combination written as `variant` says.
+    fn module(&self, seg: u32, argmax: bool, variant: Variant) -> String {
         let mut s = String::new();
         writeln!(s, "const SEG: u32 = {seg}u;").unwrap();
-        writeln!(s, "var<workgroup> red: array<f32, {WORKGROUP}>;").unwrap();
+        let slots = match variant {
+            Variant::Tree => WORKGROUP,
+            Variant::Subgroups => MAX_SUBGROUPS,
+        };
+        writeln!(s, "var<workgroup> red: array<f32, {slots}>;").unwrap();
         if argmax {
-            writeln!(s, "var<workgroup> redi: array<u32, {WORKGROUP}>;").unwrap();
+            writeln!(s, "var<workgroup> redi: array<u32, {slots}>;").unwrap();
         }
         writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
-        writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
-        s.push_str(&self.body);
+        match variant {
+            Variant::Tree => writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap(),
+            Variant::Subgroups => writeln!(s, "fn main({ENTRY_ARGS}, {SUBGROUP_ARGS}) {{").unwrap(),
+        }
+        let mut at = 0;
+        for &(pos, c, k) in &self.combines {
+            s.push_str(&self.body[at..pos]);
+            match variant {
+                Variant::Tree => combine_segment(&mut s, c, k),
+                Variant::Subgroups => combine_subgroups(&mut s, c, k),
+            }
+            at = pos;
+        }
+        s.push_str(&self.body[at..]);
         s.push_str("}\n");
-        let shared = WORKGROUP * if argmax { 8 } else { 4 };
-        (s, grid(rows.div_ceil(per_group as usize)), shared)
+        s
     }
 }
+
+/// How a row kernel's segment combines its lanes' accumulators.
+#[derive(Clone, Copy)]
+enum Variant {
+    /// A tree in workgroup memory, a barrier per level: any adapter.
+    Tree,
+    /// Subgroup operations within each subgroup, then one partial per subgroup through
+    /// workgroup memory: two barriers. Only where the segment is the whole workgroup, since
+    /// WGSL does not say which invocations form a subgroup.
+    Subgroups,
+}
+
+/// The builtins the subgroup form of a kernel reads.
+const SUBGROUP_ARGS: &str = "@builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_id) sg_id: u32, @builtin(num_subgroups) sg_count: u32";
+/// The fewest invocations a subgroup has (WebGPU's lower bound for `subgroup_size`).
+const MIN_SUBGROUP_SIZE: u32 = 4;
+/// The most subgroups a workgroup has.
+const MAX_SUBGROUPS: u32 = WORKGROUP / MIN_SUBGROUP_SIZE;
+/// Loop iterations of one subgroup combination: a butterfly over at most 128 lanes (7 steps),
+/// then a pass over at most [`MAX_SUBGROUPS`] partials.
+const SUBGROUP_COMBINE_TRIPS: u64 = 7 + MAX_SUBGROUPS as u64;
 
 /// The initialization of phase `k`'s accumulator and its per-element step (`VALUE` stands for
 /// the element's value; `j` is the flat reduce index).
@@ -497,6 +555,59 @@ fn combine_segment(s: &mut String, c: Combine, k: usize) {
         _ => writeln!(s, "    let r{k} = red[cell - lane];").unwrap(),
     }
     // every thread has read the result before the next phase reuses `red`
+    writeln!(s, "    workgroupBarrier();").unwrap();
+}
+
+/// [`combine_segment`]'s subgroup form, for a segment that is the whole workgroup: each
+/// subgroup combines its lanes (`subgroupAdd`; a butterfly of shuffles for max, min and argmax,
+/// whose NaN and tie rules `subgroupMax` does not keep), its first lane stores the partial by
+/// subgroup id, and every thread combines the partials in subgroup order.
+fn combine_subgroups(s: &mut String, c: Combine, k: usize) {
+    let merge = |s: &mut String, indent: &str, y: &str, yi: &str| {
+        let line = match c {
+            Combine::Sum => format!("s{k} = s{k} + {y};"),
+            Combine::Max => format!("s{k} = max_nan(s{k}, {y});"),
+            Combine::Min => format!("s{k} = min_nan(s{k}, {y});"),
+            Combine::ArgMax => {
+                format!("if (argmax_takes(s{k}, si{k}, {y}, {yi})) {{ s{k} = {y}; si{k} = {yi}; }}")
+            }
+        };
+        writeln!(s, "{indent}{line}").unwrap();
+    };
+    if c == Combine::Sum {
+        writeln!(s, "    var s{k} = subgroupAdd(a{k});").unwrap();
+    } else {
+        writeln!(s, "    var s{k} = a{k};").unwrap();
+        if c == Combine::ArgMax {
+            writeln!(s, "    var si{k} = ai{k};").unwrap();
+        }
+        writeln!(s, "    for (var m = sg_size >> 1u; m > 0u; m = m >> 1u) {{").unwrap();
+        writeln!(s, "        let y = subgroupShuffleXor(s{k}, m);").unwrap();
+        if c == Combine::ArgMax {
+            writeln!(s, "        let yi = subgroupShuffleXor(si{k}, m);").unwrap();
+        }
+        merge(s, "        ", "y", "yi");
+        writeln!(s, "    }}").unwrap();
+    }
+    writeln!(s, "    if (sg_lane == 0u) {{").unwrap();
+    writeln!(s, "        red[sg_id] = s{k};").unwrap();
+    if c == Combine::ArgMax {
+        writeln!(s, "        redi[sg_id] = si{k};").unwrap();
+    }
+    writeln!(s, "    }}").unwrap();
+    writeln!(s, "    workgroupBarrier();").unwrap();
+    writeln!(s, "    s{k} = red[0];").unwrap();
+    if c == Combine::ArgMax {
+        writeln!(s, "    si{k} = redi[0];").unwrap();
+    }
+    writeln!(s, "    for (var g = 1u; g < sg_count; g = g + 1u) {{").unwrap();
+    merge(s, "        ", "red[g]", "redi[g]");
+    writeln!(s, "    }}").unwrap();
+    match c {
+        Combine::ArgMax => writeln!(s, "    let r{k} = i32(si{k});").unwrap(),
+        _ => writeln!(s, "    let r{k} = s{k};").unwrap(),
+    }
+    // every thread has read the partials before the next phase reuses `red`
     writeln!(s, "    workgroupBarrier();").unwrap();
 }
 

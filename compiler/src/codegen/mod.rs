@@ -37,6 +37,9 @@ pub const MAX_GROUPS: u32 = 65535;
 #[derive(Clone, Debug)]
 pub struct KernelSource {
     pub wgsl: String,
+    /// The kernel written with subgroup operations, where its plan has such a form
+    /// (`Kernel::subgroup_wgsl`).
+    pub subgroup_wgsl: Option<String>,
     pub params: Vec<u32>,
     pub workgroups: [u32; 3],
     /// Arena bound at each arena binding.
@@ -66,6 +69,7 @@ pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::
         loop_iterations: 0,
         address_words: Vec::new(),
         quads: Vec::new(),
+        subgroup_body: None,
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -96,6 +100,9 @@ pub struct Emitter<'m> {
     address_words: Vec<[u32; 2]>,
     /// Per arena binding: whether it is a `vec4<f32>` alias.
     quads: Vec<bool>,
+    /// The body's form with subgroup operations, when the kernel has one (same params and
+    /// bindings as the plain body).
+    subgroup_body: Option<String>,
 }
 
 impl Emitter<'_> {
@@ -204,13 +211,13 @@ impl Emitter<'_> {
                 ),
             });
         }
-        let mut s = String::new();
         // The ops a kernel covers are listed in the artifact, not here, so that dispatches of
         // one structure share the text.
-        writeln!(s, "// sinter kernel: {pattern}").unwrap();
         let vec4s = self.params.len().div_ceil(4).max(1);
-        writeln!(s, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
-        writeln!(s, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
+        let mut head = String::new();
+        writeln!(head, "// sinter kernel: {pattern}").unwrap();
+        writeln!(head, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
+        writeln!(head, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
         for i in 0..self.arenas.len() {
             let (name, ty) = if self.quads[i] {
                 (format!("arena{i}q"), "vec4<f32>")
@@ -218,22 +225,25 @@ impl Emitter<'_> {
                 (format!("arena{i}"), "f32")
             };
             writeln!(
-                s,
+                head,
                 "@group(0) @binding({}) var<storage, read_write> {name}: array<{ty}>;",
                 i + 1
             )
             .unwrap();
         }
         writeln!(
-            s,
+            head,
             "fn p(i: u32) -> u32 {{ return params.w[i / 4u][i % 4u]; }}"
         )
         .unwrap();
-        s.push_str(&numerics::with_helpers(body));
+        let module = |body: &str| format!("{head}{}", numerics::with_helpers(body));
+        let wgsl = module(body);
+        let subgroup_wgsl = self.subgroup_body.as_deref().map(module);
         let mut params = self.params;
         params.resize(vec4s * 4, 0);
         Ok(KernelSource {
-            wgsl: s,
+            wgsl,
+            subgroup_wgsl,
             params,
             workgroups,
             arenas: self.arenas,
@@ -390,21 +400,24 @@ pub fn thread_index(out: &mut String) {
 
 pub const ENTRY_ARGS: &str = "@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>";
 
-/// Validates a module with naga; an invalid module is a compiler bug.
-pub fn validate(name: &str, wgsl: &str) -> Result<(), crate::CompileError> {
+/// Validates a module with naga (with subgroup operations allowed where `subgroups`); an
+/// invalid module is a compiler bug.
+pub fn validate(name: &str, wgsl: &str, subgroups: bool) -> Result<(), crate::CompileError> {
     let module =
         naga::front::wgsl::parse_str(wgsl).map_err(|e| crate::CompileError::InvalidWgsl {
             kernel: name.to_string(),
             diagnostic: e.emit_to_string(wgsl),
         })?;
-    naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::default(),
-    )
-    .validate(&module)
-    .map_err(|e| crate::CompileError::InvalidWgsl {
-        kernel: name.to_string(),
-        diagnostic: e.emit_to_string(wgsl),
-    })?;
+    let capabilities = if subgroups {
+        naga::valid::Capabilities::SUBGROUP
+    } else {
+        naga::valid::Capabilities::default()
+    };
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
+        .validate(&module)
+        .map_err(|e| crate::CompileError::InvalidWgsl {
+            kernel: name.to_string(),
+            diagnostic: e.emit_to_string(wgsl),
+        })?;
     Ok(())
 }

@@ -124,6 +124,11 @@ pub struct Kernel {
     pub ops: Vec<String>,
     /// WGSL source, validated by naga at compile time.
     pub wgsl: String,
+    /// The same kernel written with subgroup operations (wgpu's `SUBGROUP` feature), for
+    /// adapters that have them; validated by naga like `wgsl`, which stays the fallback. Both
+    /// read the same param block and bindings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subgroup_wgsl: Option<String>,
     pub entry_point: String,
     pub workgroup_size: [u32; 3],
     /// Number of arena storage bindings (`@binding(1)` .. `@binding(n)`); binding 0 is the
@@ -138,6 +143,17 @@ pub struct Kernel {
     /// Words (u32) of the param block the shader declares; every dispatch of the kernel ships
     /// exactly this many.
     pub param_words: u32,
+}
+
+impl Kernel {
+    /// The WGSL to run: the subgroup form where `subgroups` (the device has the feature) and
+    /// the kernel has one, else the plain form.
+    pub fn source(&self, subgroups: bool) -> &str {
+        match &self.subgroup_wgsl {
+            Some(wgsl) if subgroups => wgsl,
+            _ => &self.wgsl,
+        }
+    }
 }
 
 /// One dispatch of a kernel.
