@@ -77,6 +77,9 @@ pub struct Conv2d {
     pub padding: [usize; 2],
     pub dilation: [usize; 2],
     pub groups: usize,
+    /// Applied to each output element (bias included) as it is stored; its operand 0 is that
+    /// element, its space the output's `[n, o, y, x]`.
+    pub epilogue: Option<FusedKernel>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -167,6 +170,7 @@ impl KernelPlan {
             KernelPlan::Matmul(_) => "matmul",
             KernelPlan::SplitSum(s) if s.epilogue.is_some() => "splitk_sum_epilogue",
             KernelPlan::SplitSum(_) => "splitk_sum",
+            KernelPlan::Conv2d(c) if c.epilogue.is_some() => "conv2d_epilogue",
             KernelPlan::Conv2d(_) => "conv2d",
             KernelPlan::Pool2d(p) => {
                 if p.max {
@@ -212,19 +216,19 @@ impl KernelPlan {
             KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),
             KernelPlan::Matmul(m) => {
                 let mut v = vec![&m.a, &m.b, &m.out];
-                if let Some(e) = &m.epilogue {
-                    v.extend(&e.operands[1..]);
-                }
+                v.extend(epilogue_reads(&m.epilogue));
                 v
             }
             KernelPlan::SplitSum(s) => {
                 let mut v = vec![&s.partials, &s.out];
-                if let Some(e) = &s.epilogue {
-                    v.extend(&e.operands[1..]);
-                }
+                v.extend(epilogue_reads(&s.epilogue));
                 v
             }
-            KernelPlan::Conv2d(c) => [&c.x, &c.w, &c.out].into_iter().chain(&c.bias).collect(),
+            KernelPlan::Conv2d(c) => {
+                let mut v: Vec<&View> = [&c.x, &c.w, &c.out].into_iter().chain(&c.bias).collect();
+                v.extend(epilogue_reads(&c.epilogue));
+                v
+            }
             KernelPlan::Pool2d(p) => vec![&p.x, &p.out],
             KernelPlan::Gather(g) => vec![&g.table, &g.ids, &g.out],
             KernelPlan::Conv2dGrad(c) => vec![&c.a, &c.b, &c.out],
@@ -236,7 +240,7 @@ impl KernelPlan {
         views.into_iter().map(distinct).sum()
     }
 
-    /// Buffers read and written, for liveness.
+    /// Buffers read and written, for liveness (an epilogue's operands are read).
     pub fn buffers(&self) -> (Vec<crate::layout::BufferId>, Vec<crate::layout::BufferId>) {
         match self {
             KernelPlan::Fused(f) => (
@@ -245,21 +249,18 @@ impl KernelPlan {
             ),
             KernelPlan::Matmul(m) => {
                 let mut reads = vec![m.a.buffer, m.b.buffer];
-                if let Some(e) = &m.epilogue {
-                    reads.extend(e.operands[1..].iter().map(|v| v.buffer));
-                }
+                reads.extend(epilogue_reads(&m.epilogue).iter().map(|v| v.buffer));
                 (reads, vec![m.out.buffer])
             }
             KernelPlan::SplitSum(s) => {
                 let mut reads = vec![s.partials.buffer];
-                if let Some(e) = &s.epilogue {
-                    reads.extend(e.operands[1..].iter().map(|v| v.buffer));
-                }
+                reads.extend(epilogue_reads(&s.epilogue).iter().map(|v| v.buffer));
                 (reads, vec![s.out.buffer])
             }
             KernelPlan::Conv2d(c) => {
                 let mut reads = vec![c.x.buffer, c.w.buffer];
                 reads.extend(c.bias.as_ref().map(|b| b.buffer));
+                reads.extend(epilogue_reads(&c.epilogue).iter().map(|v| v.buffer));
                 (reads, vec![c.out.buffer])
             }
             KernelPlan::Pool2d(p) => (vec![p.x.buffer], vec![p.out.buffer]),
@@ -288,4 +289,9 @@ impl Flash {
         v.extend(self.score_extras.iter().chain(&self.dscore_extras));
         v
     }
+}
+
+/// The tensors an epilogue reads besides the value it is applied to (its operand 0).
+fn epilogue_reads(epilogue: &Option<FusedKernel>) -> &[View] {
+    epilogue.as_ref().map_or(&[], |e| &e.operands[1..])
 }

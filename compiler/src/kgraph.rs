@@ -25,9 +25,10 @@ pub enum KernelOp {
     Ir(Op, Attrs),
     /// A fused kernel program over the node's inputs (one result per program output).
     Fused(Box<Program>),
-    /// `a @ b` (inputs 0 and 1) stored through an elementwise epilogue program whose operand 0
-    /// is the product and whose operand `i > 0` is input `i + 1`.
-    MatmulEpilogue(Box<Program>),
+    /// An anchor op (`matmul` or `conv2d`, with its attributes) over its operands (the first
+    /// inputs), stored through an elementwise epilogue program whose operand 0 is the anchor's
+    /// result and whose operand `i > 0` is the `i`-th input after the anchor's operands.
+    Epilogue(Op, Attrs, Box<Program>),
     /// A flash attention kernel (see [`crate::flash`]); inputs and results as its kind says.
     Flash(Box<crate::flash::FlashSpec>),
 }
@@ -53,10 +54,20 @@ impl KNode {
         }
     }
 
-    /// Attribute `key` of an IR node (see [`sinter_ir::Node::attr`]).
+    /// How many inputs of an [`KernelOp::Epilogue`] node are its anchor op's operands (all
+    /// inputs of any other node).
+    pub fn anchor_operands(&self) -> usize {
+        match &self.op {
+            KernelOp::Epilogue(_, _, p) => self.inputs.len() + 1 - p.operands.len(),
+            _ => self.inputs.len(),
+        }
+    }
+
+    /// Attribute `key` of an IR node, or of the anchor op of an epilogue node (see
+    /// [`sinter_ir::Node::attr`]).
     pub fn attr<K: Kind>(&self, key: Key<K>) -> K::Out<'_> {
         match &self.op {
-            KernelOp::Ir(op, attrs) => {
+            KernelOp::Ir(op, attrs) | KernelOp::Epilogue(op, attrs, _) => {
                 debug_assert!(
                     op.spec().attr(key.name).is_some_and(|a| a.kind == key.kind),
                     "`{}` has no attribute `{}`",
@@ -234,8 +245,8 @@ impl KernelGraph {
                     KernelOp::Fused(p) => {
                         format!("fused {} ({} ops)", p.pattern(), node.sources.len())
                     }
-                    KernelOp::MatmulEpilogue(_) => {
-                        format!("matmul + epilogue ({} ops)", node.sources.len())
+                    KernelOp::Epilogue(anchor, ..) => {
+                        format!("{} + epilogue ({} ops)", anchor.name(), node.sources.len())
                     }
                     KernelOp::Flash(spec) => spec.pattern().to_string(),
                 };
@@ -323,11 +334,12 @@ pub fn evaluate(
                 let owned: Vec<Tensor> = args.iter().map(|&t| t.clone()).collect();
                 crate::flash::eval(spec, &owned)
             }
-            KernelOp::MatmulEpilogue(p) => {
+            KernelOp::Epilogue(anchor, attrs, p) => {
                 let product_ty = TensorType::f32(crate::fused::eval::shape_of(p, &p.operands[0]));
-                let product = eval_node(Op::Matmul, &Attrs::new(), &args[..2], &[product_ty])?;
+                let split = n.anchor_operands();
+                let product = eval_node(*anchor, attrs, &args[..split], &[product_ty])?;
                 let mut owned = product;
-                owned.extend(args[2..].iter().map(|&t| t.clone()));
+                owned.extend(args[split..].iter().map(|&t| t.clone()));
                 crate::fused::eval::eval(p, &owned)
             }
         };

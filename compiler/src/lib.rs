@@ -511,7 +511,7 @@ pub fn describe_kernel_graph(kg: &kgraph::KernelGraph) -> String {
         let what = match &n.op {
             kgraph::KernelOp::Ir(op, _) => op.name().to_string(),
             kgraph::KernelOp::Fused(p) => format!("fused {}", p.pattern()),
-            kgraph::KernelOp::MatmulEpilogue(_) => "matmul_epilogue".to_string(),
+            kgraph::KernelOp::Epilogue(anchor, ..) => format!("{}_epilogue", anchor.name()),
             kgraph::KernelOp::Flash(spec) => spec.pattern().to_string(),
         };
         writeln!(

@@ -306,9 +306,13 @@ impl Lowering<'_> {
     fn lower_node(&mut self, node: &KNode) -> Result<(), CompileError> {
         let op = match &node.op {
             KernelOp::Fused(program) => return self.fused_node(node, (**program).clone()),
-            KernelOp::MatmulEpilogue(program) => {
+            KernelOp::Epilogue(anchor, _, program) => {
                 let label = node.sources.join("; ");
-                return self.matmul(node, label, Some(program));
+                return match anchor {
+                    Op::Matmul => self.matmul(node, label, Some(program)),
+                    Op::Conv2d => self.conv2d(node, Some(program)),
+                    other => unreachable!("`{}` takes no epilogue", other.name()),
+                };
             }
             KernelOp::Flash(spec) => return self.flash(node, spec),
             KernelOp::Ir(op, _) => *op,
@@ -410,26 +414,7 @@ impl Lowering<'_> {
                 self.views.insert(out, dst);
             }
             Matmul => self.matmul(node, label, None)?,
-            Conv2d => {
-                let x = self.view(node.inputs[0])?;
-                let w = self.view(node.inputs[1])?;
-                let bias = match node.inputs.get(2) {
-                    Some(&b) => Some(self.view(b)?),
-                    None => None,
-                };
-                self.write_new(out, label, |out| {
-                    KernelPlan::Conv2d(crate::kernel::Conv2d {
-                        x,
-                        w,
-                        bias,
-                        out,
-                        stride: pair(node, key::STRIDE),
-                        padding: pair(node, key::PADDING),
-                        dilation: pair(node, key::DILATION),
-                        groups: node.attr(key::GROUPS),
-                    })
-                });
-            }
+            Conv2d => self.conv2d(node, None)?,
             MaxPool2d | AvgPool2d => {
                 let x = self.view(node.inputs[0])?;
                 self.write_new(out, label, |out| {
@@ -599,26 +584,7 @@ impl Lowering<'_> {
         let dst = self.temp(out);
         let out_view = View::contiguous(dst.buffer, &full(batch.clone(), m, n));
         let epilogue = match epilogue {
-            Some(p) => {
-                // operand 0 is the product itself; it is never loaded
-                let mut program = p.clone();
-                let mut operands = vec![out_view.clone()];
-                let mut folded = 0;
-                for (i, &v) in node.inputs[2..].iter().enumerate() {
-                    match self.fold(v) {
-                        Some(arg) => {
-                            program = program.substitute(i + 1 - folded, &arg);
-                            folded += 1;
-                        }
-                        None => operands.push(self.view(v)?),
-                    }
-                }
-                Some(FusedKernel {
-                    program,
-                    operands,
-                    outputs: vec![out_view.clone()],
-                })
-            }
+            Some(p) => Some(self.epilogue(node, p, &out_view)?),
             None => None,
         };
         let choose = |splits: Option<usize>| {
@@ -650,6 +616,67 @@ impl Lowering<'_> {
             };
             self.push_node(KernelPlan::Matmul(plan), &step);
         }
+        self.views.insert(out, dst);
+        Ok(())
+    }
+
+    /// The epilogue of an anchor node (matmul, conv2d) storing to `out`: operand 0 is the
+    /// anchor's result itself, never loaded; constants among the other operands are folded in.
+    fn epilogue(
+        &mut self,
+        node: &KNode,
+        p: &Program,
+        out: &View,
+    ) -> Result<FusedKernel, CompileError> {
+        let mut program = p.clone();
+        let mut operands = vec![out.clone()];
+        let mut folded = 0;
+        for (i, &v) in node.inputs[node.anchor_operands()..].iter().enumerate() {
+            match self.fold(v) {
+                Some(arg) => {
+                    program = program.substitute(i + 1 - folded, &arg);
+                    folded += 1;
+                }
+                None => operands.push(self.view(v)?),
+            }
+        }
+        Ok(FusedKernel {
+            program,
+            operands,
+            outputs: vec![out.clone()],
+        })
+    }
+
+    /// A conv2d node, or a conv2d with an epilogue.
+    fn conv2d(&mut self, node: &KNode, epilogue: Option<&Program>) -> Result<(), CompileError> {
+        let x = self.view(node.inputs[0])?;
+        let w = self.view(node.inputs[1])?;
+        let bias = match node.anchor_operands() {
+            3 => Some(self.view(node.inputs[2])?),
+            _ => None,
+        };
+        let out = node.outputs[0];
+        let dst = self.temp(out);
+        let epilogue = match epilogue {
+            Some(p) => Some(self.epilogue(node, p, &dst)?),
+            None => None,
+        };
+        let plan = crate::kernel::Conv2d {
+            x,
+            w,
+            bias,
+            out: dst.clone(),
+            stride: pair(node, key::STRIDE),
+            padding: pair(node, key::PADDING),
+            dilation: pair(node, key::DILATION),
+            groups: node.attr(key::GROUPS),
+            epilogue,
+        };
+        let step = KNode {
+            sources: vec![node.sources.join("; ")],
+            ..node.clone()
+        };
+        self.push_node(KernelPlan::Conv2d(plan), &step);
         self.views.insert(out, dst);
         Ok(())
     }

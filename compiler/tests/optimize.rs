@@ -164,6 +164,34 @@ fn fused_reductions_over_outer_axes_and_argmax_keep_values() {
     check_alternatives(src, true, 3000);
 }
 
+/// Convolutions with an elementwise consumer (bias, activation, scale, residual add) become
+/// `conv2d_epilogue` kernels; every extraction, forward and backward, computes the same values.
+#[test]
+fn fused_convolution_epilogues_keep_values() {
+    let src = "graph t {
+  input x: f32[2, 4, 5, 4]
+  input res: f32[2, 6, 5, 4]
+  input s: f32[6, 1, 1]
+  param w: f32[6, 2, 3, 3] = normal(std=0.3, seed=1)
+  param b: f32[6] = normal(std=0.1, seed=2)
+  c = conv2d(x, w, b, padding=[1, 1], groups=2)
+  y = relu(add(mul(c, s), res))
+  z = tanh(conv2d(x, w, padding=[1, 1], groups=2))
+  loss = add(sum(mul(y, y)), sum(z))
+  dw, db = grad(loss, w, b)
+  output y, z, loss, dw, db
+}
+";
+    let g = program(src);
+    let e = explore(&g, true);
+    assert!(
+        e.applied("fuse-conv2d-epilogue") >= 2,
+        "conv epilogues not fused"
+    );
+    let n = check_alternatives(src, true, 3000);
+    assert!(n > 10, "only {n} alternatives");
+}
+
 /// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:
 /// the optimized kernel graph computes the outputs and updates of the source graph.
 #[test]

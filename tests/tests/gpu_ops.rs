@@ -223,6 +223,45 @@ fn conv_and_pool() {
     check_gpu(plain, REDUCTION, &[], 1);
 }
 
+/// Convolutions whose consumers fuse into their store (scale, activation, residual add of a
+/// broadcast and of another tensor), forward and backward, against the interpreter.
+#[test]
+fn conv_epilogues() {
+    let src = "graph t {
+  input x: f32[2, 4, 9, 7]
+  input res: f32[2, 6, 9, 7]
+  input s: f32[6, 1, 1]
+  param w: f32[6, 2, 3, 3] = normal(std=0.3, seed=1)
+  param b: f32[6] = normal(std=0.1, seed=2)
+  c = conv2d(x, w, b, padding=[1, 1], groups=2)
+  y = relu(add(mul(c, s), res))
+  z = tanh(conv2d(x, w, padding=[1, 1], groups=2))
+  loss = add(sum(mul(y, y)), sum(z))
+  dw, db = grad(loss, w, b)
+  output y, z, loss, dw, db
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    let options = sinter_compiler::Options::default();
+    let artifact = sinter_compiler::compile(&graph, &options)
+        .expect("compiles")
+        .artifact;
+    let epilogues: Vec<&Vec<String>> = artifact
+        .kernels
+        .iter()
+        .filter(|k| k.pattern == "conv2d_epilogue")
+        .map(|k| &k.rules)
+        .collect();
+    assert!(!epilogues.is_empty(), "no conv2d epilogue kernel");
+    assert!(
+        epilogues
+            .iter()
+            .all(|r| r.iter().any(|r| r == "fuse-conv2d-epilogue")),
+        "{epilogues:?}"
+    );
+    sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+}
+
 #[test]
 fn embedding_and_losses() {
     let src = "graph t {

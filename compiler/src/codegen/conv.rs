@@ -128,12 +128,19 @@ if (ih >= 0i && ih < i32(H) && iw >= 0i && iw < i32(W)) {{
         writeln!(s, "    var ci = 0u;\n    var i = 0u;\n    var j = 0u;").unwrap();
         window_loop(&mut s, &total_p, unroll, &body);
     }
+    let value = match &k.epilogue {
+        Some(_) => "epilogue(acc, c0, c1, c2, c3)",
+        None => "acc",
+    };
     writeln!(
         s,
-        "    {o}[o_base + c0 * o_s0 + c1 * o_s1 + c2 * o_s2 + c3 * o_s3] = acc;"
+        "    {o}[o_base + c0 * o_s0 + c1 * o_s1 + c2 * o_s2 + c3 * o_s3] = {value};"
     )
     .unwrap();
     s.push_str("}\n");
+    if let Some(epi) = &k.epilogue {
+        s.insert_str(0, &super::fused::emit_epilogue(e, epi));
+    }
     (s, grid(k.out.numel().div_ceil(WORKGROUP as usize)), 0)
 }
 

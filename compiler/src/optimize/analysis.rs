@@ -69,7 +69,7 @@ pub fn node_type(egraph: &Graph, enode: &ENode) -> TensorType {
                 .unwrap_or_else(|e| panic!("a rewrite built an ill-typed `{}`: {e}", op.name()));
             results.swap_remove(0)
         }
-        Head::Kernel(p) | Head::MatmulEpilogue(p) => {
+        Head::Kernel(p) | Head::Epilogue(_, _, p) => {
             let out = &p.outputs[0].access;
             TensorType::new(out.dtype, shape_of(p, out))
         }

@@ -86,10 +86,17 @@ pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
         Head::Leaf(_) | Head::Root | Head::Proj(_) => 0.0,
         Head::Flash(spec) => flash_cost(g, spec, &n.kids),
         Head::Kernel(p) => kernel_cost(g, p, &n.kids, out(g)),
-        Head::MatmulEpilogue(p) => {
-            let (a, b) = (&g[n.kids[0]].data.ty, &g[n.kids[1]].data.ty);
-            let extra: f64 = n.kids[2..].iter().map(|&k| bytes(g, k)).sum();
-            matmul_cost(g, n, a, b) + extra / BYTES_PER_NS + p.flops() as f64 / FLOPS_PER_NS
+        Head::Epilogue(anchor, _, p) => {
+            let split = n.anchor_operands();
+            let extra: f64 = n.kids[split..].iter().map(|&k| bytes(g, k)).sum();
+            let product = match anchor {
+                Op::Matmul => {
+                    let (a, b) = (&g[n.kids[0]].data.ty, &g[n.kids[1]].data.ty);
+                    matmul_cost(g, n, a, b)
+                }
+                _ => window_cost(g, &n.kids[..split], out(g)),
+            };
+            product + extra / BYTES_PER_NS + p.flops() as f64 / FLOPS_PER_NS
         }
         Head::Op(op, _) => {
             use Op::*;
@@ -106,16 +113,16 @@ pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
                 }
                 _ => match super::fusion::program_of(g, n, true) {
                     Some(b) => kernel_cost(g, &b.program, &b.operands, out(g)),
-                    None => {
-                        // convolution, pooling, gathers: a launch and their bytes
-                        LAUNCH_NS
-                            + (n.kids.iter().map(|&k| bytes(g, k)).sum::<f64>() + out(g))
-                                / BYTES_PER_NS
-                    }
+                    None => window_cost(g, &n.kids, out(g)),
                 },
             }
         }
     }
+}
+
+/// Convolution, pooling, gathers: a launch and their bytes (operands `kids`, result `out`).
+fn window_cost(g: &Graph, kids: &[Id], out: f64) -> f64 {
+    LAUNCH_NS + (kids.iter().map(|&k| bytes(g, k)).sum::<f64>() + out) / BYTES_PER_NS
 }
 
 /// Products inside flash kernels, f32 operations per ns (counting the backward's recomputed
@@ -215,7 +222,7 @@ fn fusion_size(n: &ENode) -> usize {
     match &n.head {
         // a flash kernel's result: the most fused of all
         Head::Proj(_) => 200_000,
-        Head::MatmulEpilogue(p) => 100_000 + p.insts.len(),
+        Head::Epilogue(_, _, p) => 100_000 + p.insts.len(),
         Head::Op(Op::Matmul, _) => 100_000,
         Head::Kernel(p) => 1 + p.insts.len(),
         _ => 0,
@@ -268,7 +275,7 @@ pub fn extract(
             let cost = match n.head {
                 // a thousandth: cheaper than any alternative, still worth sharing
                 Head::Flash(_) if settings.force_flash => 1e-3 * node_cost(g, n),
-                Head::Kernel(_) | Head::MatmulEpilogue(_) | Head::Op(..)
+                Head::Kernel(_) | Head::Epilogue(..) | Head::Op(..)
                     if g[c].data.ty.size_bytes() as u64 > settings.max_binding
                         && node_cost(g, n) > 0.0 =>
                 {

@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex};
 
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
-use sinter_ir::{DType, Op, TensorType, key};
+use sinter_ir::{Attrs, DType, Op, TensorType, key};
 
 use super::analysis::Graph;
 use super::lang::{ENode, Head, Interned};
@@ -440,18 +440,23 @@ enum Slot {
     Class(Id),
 }
 
-/// `f(.., a @ b, ..) = matmul_epilogue[f](a, b, ..)`: an elementwise consumer of a matrix
-/// product (or of an epilogue already fused into one) applied as the product is stored.
+/// `f(.., anchor(x, ..), ..) = anchor_epilogue[f](x, .., ..)`: an elementwise consumer of a
+/// matrix product or a convolution (the anchor; or of an epilogue already fused into one)
+/// applied as the anchor's result is stored.
 pub struct Epilogue {
     state: Arc<State>,
+    /// `matmul` or `conv2d`.
+    anchor: Op,
 }
 
-/// The matmul-like node of class `c`: `(a, b, epilogue program, extra operands)`, the plain
-/// product having the identity epilogue.
-fn product_of(g: &Graph, c: Id) -> Option<(Id, Id, Bound<Slot>)> {
+/// An anchor node of class `c`: its attributes, its operands and its epilogue (program and
+/// extra operands), a plain anchor having the identity epilogue.
+type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>);
+
+fn anchored(g: &Graph, c: Id, anchor: Op) -> Option<Anchored> {
     for node in &g[c].nodes {
         match &node.head {
-            Head::Op(Op::Matmul, _) => {
+            Head::Op(op, attrs) if *op == anchor => {
                 let ty = &g[c].data.ty;
                 let p = Program::map(
                     &ty.shape,
@@ -459,26 +464,21 @@ fn product_of(g: &Graph, c: Id) -> Option<(Id, Id, Bound<Slot>)> {
                     &[Arg::Operand(ty.clone())],
                     DType::F32,
                 );
-                return Some((
-                    node.kids[0],
-                    node.kids[1],
-                    Bound {
-                        program: p,
-                        operands: vec![Slot::Product],
-                    },
-                ));
+                let bound = Bound {
+                    program: p,
+                    operands: vec![Slot::Product],
+                };
+                return Some((attrs.clone(), node.kids.clone(), bound));
             }
-            Head::MatmulEpilogue(p) => {
+            Head::Epilogue(op, attrs, p) if *op == anchor => {
+                let split = node.anchor_operands();
                 let mut operands = vec![Slot::Product];
-                operands.extend(node.kids[2..].iter().map(|&k| Slot::Class(k)));
-                return Some((
-                    node.kids[0],
-                    node.kids[1],
-                    Bound {
-                        program: (**p).clone(),
-                        operands,
-                    },
-                ));
+                operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
+                let bound = Bound {
+                    program: (**p).clone(),
+                    operands,
+                };
+                return Some((attrs.clone(), node.kids[..split].to_vec(), bound));
             }
             _ => {}
         }
@@ -502,7 +502,7 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             if substs.len() >= limit {
                 break;
             }
-            if reads_whole(g, &node, i) && product_of(g, kid).is_some() {
+            if reads_whole(g, &node, i) && anchored(g, kid, self.anchor).is_some() {
                 let mut s = Subst::with_capacity(1);
                 s.insert(operand_var(), Id::from(i));
                 substs.push(s);
@@ -555,7 +555,9 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
             return Vec::new();
         };
-        let Some((a, b, producer)) = node.kids.get(i).and_then(|&k| product_of(g, k)) else {
+        let Some((attrs, anchor_kids, producer)) =
+            node.kids.get(i).and_then(|&k| anchored(g, k, self.anchor))
+        else {
             return Vec::new();
         };
         let consumer = Bound {
@@ -576,12 +578,13 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         }
         // the product becomes operand 0
         let (program, kids) = with_operand_first(merged.program, &merged.operands, at);
-        let mut all = vec![a, b];
+        let mut all = anchor_kids;
         all.extend(kids.into_iter().map(|s| match s {
             Slot::Class(k) => k,
             Slot::Product => unreachable!("moved first"),
         }));
-        let fused = ENode::new(Head::MatmulEpilogue(Interned::new(program)), all);
+        let head = Head::Epilogue(self.anchor, attrs, Interned::new(program));
+        let fused = ENode::new(head, all);
         let id = g.add(fused);
         if g.union(id, eclass) {
             vec![id]
@@ -623,13 +626,19 @@ pub fn rules(state: Arc<State>) -> Vec<Rewrite<ENode, super::analysis::Types>> {
             },
         )
         .expect("a valid rule"),
-        Rewrite::new(
-            "fuse-matmul-epilogue",
-            Epilogue {
-                state: state.clone(),
-            },
-            Epilogue { state },
-        )
-        .expect("a valid rule"),
     ]
+    .into_iter()
+    .chain([Op::Matmul, Op::Conv2d].map(|anchor| {
+        let rule = Epilogue {
+            state: state.clone(),
+            anchor,
+        };
+        let applier = Epilogue {
+            state: state.clone(),
+            anchor,
+        };
+        Rewrite::new(format!("fuse-{}-epilogue", anchor.name()), rule, applier)
+            .expect("a valid rule")
+    }))
+    .collect()
 }

@@ -81,10 +81,11 @@ pub enum Head {
     Op(Op, Interned<Attrs>),
     /// A fused kernel; operand `i` is the e-node's child `i`.
     Kernel(Interned<Program>),
-    /// A matrix product `a @ b` (children 0 and 1) whose result passes through an elementwise
-    /// epilogue program before it is stored: the program's operand 0 is the product, its
-    /// operand `i > 0` is child `i + 1`.
-    MatmulEpilogue(Interned<Program>),
+    /// An anchor op (`matmul`, or `conv2d`, with its attributes) over its operands (the first
+    /// children) whose result passes through an elementwise epilogue program before it is
+    /// stored: the program's operand 0 is the anchor's result, its operand `i > 0` is the
+    /// `i`-th child after the anchor's operands (see [`ENode::anchor_operands`]).
+    Epilogue(Op, Interned<Attrs>, Interned<Program>),
     /// A flash attention kernel (see [`crate::flash`]); its class is a tuple of its results,
     /// which [`Head::Proj`] nodes take apart.
     Flash(Interned<crate::flash::FlashSpec>),
@@ -100,7 +101,7 @@ pub enum Kind {
     Leaf,
     Op(Op),
     Kernel,
-    MatmulEpilogue,
+    Epilogue(Op),
     Flash,
     Proj,
     Root,
@@ -138,6 +139,15 @@ impl ENode {
         }
     }
 
+    /// How many children of an [`Head::Epilogue`] node are its anchor op's operands (the rest
+    /// are the epilogue program's operands after the first).
+    pub fn anchor_operands(&self) -> usize {
+        match &self.head {
+            Head::Epilogue(_, _, p) => self.kids.len() + 1 - p.operands.len(),
+            _ => self.kids.len(),
+        }
+    }
+
     /// The value of a `constant`.
     pub fn constant_value(&self) -> Option<f64> {
         match self.ir()? {
@@ -155,7 +165,7 @@ impl Language for ENode {
             Head::Leaf(_) => Kind::Leaf,
             Head::Op(op, _) => Kind::Op(*op),
             Head::Kernel(_) => Kind::Kernel,
-            Head::MatmulEpilogue(_) => Kind::MatmulEpilogue,
+            Head::Epilogue(op, ..) => Kind::Epilogue(*op),
             Head::Flash(_) => Kind::Flash,
             Head::Proj(_) => Kind::Proj,
             Head::Root => Kind::Root,
@@ -216,7 +226,7 @@ impl fmt::Display for ENode {
                 Ok(())
             }
             Head::Kernel(p) => write!(f, "kernel[{}]", p.pattern()),
-            Head::MatmulEpilogue(_) => write!(f, "matmul_epilogue"),
+            Head::Epilogue(op, ..) => write!(f, "{}_epilogue", op.name()),
             Head::Flash(spec) => write!(f, "{}", spec.pattern()),
             Head::Proj(i) => write!(f, "result {i}"),
             Head::Root => write!(f, "root"),

@@ -642,8 +642,8 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
                 KernelOp::Fused(Box::new((**p).clone())),
                 sources.absorbed(c, &node.kids),
             ),
-            Head::MatmulEpilogue(p) => (
-                KernelOp::MatmulEpilogue(Box::new((**p).clone())),
+            Head::Epilogue(anchor, attrs, p) => (
+                KernelOp::Epilogue(*anchor, (**attrs).clone(), Box::new((**p).clone())),
                 sources.absorbed(c, &node.kids),
             ),
             Head::Leaf(_) | Head::Root | Head::Flash(_) | Head::Proj(_) => {
@@ -662,7 +662,9 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
         let mut rules = match &node.head {
             Head::Kernel(_) if built_by.is_some() => built_by.into_iter().collect(),
             Head::Kernel(_) => vec![inlined(1)],
-            Head::MatmulEpilogue(_) => vec!["fuse-matmul-epilogue".to_string(), inlined(2)],
+            Head::Epilogue(anchor, ..) => {
+                vec![format!("fuse-{}-epilogue", anchor.name()), inlined(2)]
+            }
             _ => Vec::new(),
         };
         rules.retain(|r| !r.ends_with(" x0"));
