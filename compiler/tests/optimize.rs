@@ -192,6 +192,68 @@ fn fused_convolution_epilogues_keep_values() {
     assert!(n > 10, "only {n} alternatives");
 }
 
+/// Each kernel's list of source ops (what `sinter inspect` shows) is closed: every listed op's
+/// operands are listed too, or are what the kernel reads, or are leaves. A kernel that
+/// recomputes a value another kernel stores (here a convolution and its `tanh`, inside the
+/// `tanh` backward's epilogue) lists the recomputed ops.
+#[test]
+fn kernels_list_every_source_op_they_compute() {
+    let conv = "graph t {
+  input x: f32[2, 4, 9, 7]
+  input res: f32[2, 6, 9, 7]
+  input s: f32[6, 1, 1]
+  param w: f32[6, 2, 3, 3] = normal(std=0.3, seed=1)
+  param b: f32[6] = normal(std=0.1, seed=2)
+  c = conv2d(x, w, b, padding=[1, 1], groups=2)
+  y = relu(add(mul(c, s), res))
+  z = tanh(conv2d(x, w, padding=[1, 1], groups=2))
+  loss = add(sum(mul(y, y)), sum(z))
+  dw, db = grad(loss, w, b)
+  output y, z, loss, dw, db
+}
+";
+    let mlp = "graph t {
+  input x: f32[5, 6]
+  input labels: i32[5]
+  param w1: f32[6, 7] = normal(std=0.3, seed=1)
+  param b1: f32[7] = zeros
+  h = gelu(add(matmul(x, w1), b1), approximate=\"tanh\")
+  loss = cross_entropy(h, labels)
+  train loss with adamw(lr=0.01)
+  output loss
+}
+";
+    // (Programs where no two source values compute the same thing: a kernel reading a value
+    // that another name also computes lists neither, and names cannot tell them apart here.)
+    for src in [conv, mlp] {
+        let g = program(src);
+        let (kg, _) = sinter_compiler::optimize::optimize(&g, &Default::default());
+        for node in &kg.nodes {
+            let listed: Vec<&str> = node
+                .sources
+                .iter()
+                .filter_map(|s| s.split(" = ").next())
+                .collect();
+            let reads: Vec<&str> = node.inputs.iter().map(|&v| kg.name_of(v)).collect();
+            for &name in &listed {
+                let Some(v) = g.lookup(name) else { continue };
+                let Some(n) = g.producer(v) else { continue };
+                for &input in &g.node(n).inputs {
+                    let operand = g.name_of(input);
+                    assert!(
+                        listed.contains(&operand)
+                            || reads.contains(&operand)
+                            || g.producer(input).is_none(),
+                        "kernel {:?} lists `{name}` but neither lists nor reads its operand \
+                         `{operand}` (reads {reads:?})",
+                        node.sources
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:
 /// the optimized kernel graph computes the outputs and updates of the source graph.
 #[test]

@@ -248,9 +248,10 @@ impl State {
         self.barrier.is_empty() || self.barrier.contains(&g.find(c))
     }
 
-    /// The classes a kernel node computes inside itself.
-    fn inside(&self, g: &Graph, node: &ENode) -> Option<Arc<Vec<Id>>> {
-        let Head::Kernel(p) = &node.head else {
+    /// The classes a fused node (a kernel or an epilogue) computes inside itself, where the
+    /// rule that built it recorded them.
+    pub fn inside(&self, g: &Graph, node: &ENode) -> Option<Arc<Vec<Id>>> {
+        let (Head::Kernel(p) | Head::Epilogue(_, _, p)) = &node.head else {
             return None;
         };
         let kids: Vec<Id> = node.kids.iter().map(|&k| g.find(k)).collect();
@@ -270,7 +271,7 @@ impl State {
     }
 
     fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
-        if let Head::Kernel(p) = &node.head {
+        if let Head::Kernel(p) | Head::Epilogue(_, _, p) = &node.head {
             let kids = node.kids.iter().map(|&k| g.find(k)).collect();
             self.absorbed
                 .lock()
@@ -449,11 +450,11 @@ pub struct Epilogue {
     anchor: Op,
 }
 
-/// An anchor node of class `c`: its attributes, its operands and its epilogue (program and
-/// extra operands), a plain anchor having the identity epilogue.
-type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>);
+/// An anchor node of class `c`: its attributes, its operands, its epilogue (program and extra
+/// operands; a plain anchor has the identity epilogue) and the classes computed inside it.
+type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>, Vec<Id>);
 
-fn anchored(g: &Graph, c: Id, anchor: Op) -> Option<Anchored> {
+fn anchored(g: &Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored> {
     for node in &g[c].nodes {
         match &node.head {
             Head::Op(op, attrs) if *op == anchor => {
@@ -468,7 +469,7 @@ fn anchored(g: &Graph, c: Id, anchor: Op) -> Option<Anchored> {
                     program: p,
                     operands: vec![Slot::Product],
                 };
-                return Some((attrs.clone(), node.kids.clone(), bound));
+                return Some((attrs.clone(), node.kids.clone(), bound, Vec::new()));
             }
             Head::Epilogue(op, attrs, p) if *op == anchor => {
                 let split = node.anchor_operands();
@@ -478,7 +479,10 @@ fn anchored(g: &Graph, c: Id, anchor: Op) -> Option<Anchored> {
                     program: (**p).clone(),
                     operands,
                 };
-                return Some((attrs.clone(), node.kids[..split].to_vec(), bound));
+                let inner = state
+                    .inside(g, node)
+                    .map_or_else(Vec::new, |inner| inner.to_vec());
+                return Some((attrs.clone(), node.kids[..split].to_vec(), bound, inner));
             }
             _ => {}
         }
@@ -502,7 +506,7 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             if substs.len() >= limit {
                 break;
             }
-            if reads_whole(g, &node, i) && anchored(g, kid, self.anchor).is_some() {
+            if reads_whole(g, &node, i) && anchored(g, kid, self.anchor, &self.state).is_some() {
                 let mut s = Subst::with_capacity(1);
                 s.insert(operand_var(), Id::from(i));
                 substs.push(s);
@@ -555,11 +559,17 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
             return Vec::new();
         };
-        let Some((attrs, anchor_kids, producer)) =
-            node.kids.get(i).and_then(|&k| anchored(g, k, self.anchor))
+        let Some((attrs, anchor_kids, producer, mut inner)) = node
+            .kids
+            .get(i)
+            .and_then(|&k| anchored(g, k, self.anchor, &self.state))
         else {
             return Vec::new();
         };
+        inner.push(g.find(node.kids[i]));
+        if let Some(more) = self.state.inside(g, &node) {
+            inner.extend(more.iter().copied());
+        }
         let consumer = Bound {
             program: consumer.program,
             operands: consumer.operands.iter().map(|&k| Slot::Class(k)).collect(),
@@ -585,6 +595,7 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         }));
         let head = Head::Epilogue(self.anchor, attrs, Interned::new(program));
         let fused = ENode::new(head, all);
+        self.state.record(g, &fused, inner);
         let id = g.add(fused);
         if g.union(id, eclass) {
             vec![id]

@@ -202,7 +202,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     let state = std::sync::Arc::new(state.next_round(&built.egraph, barrier));
     let egraph = std::mem::take(&mut built.egraph);
     let name = "fusion up to stored values";
-    let (egraph, set) = run_set(name, egraph, &fusion::rules(state), fusion_limits);
+    let (egraph, set) = run_set(name, egraph, &fusion::rules(state.clone()), fusion_limits);
     report.sets.push(set);
     built.egraph = egraph;
     lap(&mut report, name);
@@ -211,7 +211,9 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     report.cost_after = choice.cost;
     report.egraph_nodes = built.egraph.total_number_of_nodes();
     report.egraph_classes = built.egraph.number_of_classes();
-    let mut kg = to_kernel_graph(&built, g, &choice);
+    // what each kernel computes inside itself, with its keys canonical in the final e-graph
+    let fused = state.next_round(&built.egraph, HashSet::default());
+    let mut kg = to_kernel_graph(&built, g, &choice, Some(&fused));
     lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
@@ -514,7 +516,14 @@ fn relevel(eg: &analysis::Graph, level: HashMap<Id, u64>) -> HashMap<Id, u64> {
 }
 
 /// The kernel graph of an extraction: chosen nodes in dependency order.
-fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGraph {
+/// The kernel graph of `choice`; `fused` (the fusion rules' state) tells which classes each
+/// fused node computes inside itself, for its list of source ops and rules.
+fn to_kernel_graph(
+    b: &Built,
+    g: &Graph,
+    choice: &extract::Choice,
+    fused: Option<&fusion::State>,
+) -> KernelGraph {
     let eg = &b.egraph;
     let mut kg = KernelGraph {
         name: g.name.clone(),
@@ -569,7 +578,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             }
         }
     }
-    let sources = SourceOps::new(b, g, choice);
+    let sources = SourceOps::new(b, g, choice, fused);
     let fresh_name = |c: Option<Id>, kg: &KernelGraph, used: &mut HashSet<String>| {
         let name = match c.and_then(|c| name_of.get(&c)) {
             Some(n) if !used.contains(*n) => n.to_string(),
@@ -613,7 +622,7 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             let sources: Vec<String> = takes
                 .iter()
                 .filter(|((t, _), _)| *t == c)
-                .flat_map(|(_, &pc)| sources.absorbed(pc, &node.kids))
+                .flat_map(|(_, &pc)| sources.absorbed(pc, node))
                 .collect::<BTreeSet<String>>()
                 .into_iter()
                 .collect();
@@ -640,19 +649,26 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
             ),
             Head::Kernel(p) => (
                 KernelOp::Fused(Box::new((**p).clone())),
-                sources.absorbed(c, &node.kids),
+                sources.absorbed(c, node),
             ),
             Head::Epilogue(anchor, attrs, p) => (
                 KernelOp::Epilogue(*anchor, (**attrs).clone(), Box::new((**p).clone())),
-                sources.absorbed(c, &node.kids),
+                sources.absorbed(c, node),
             ),
             Head::Leaf(_) | Head::Root | Head::Flash(_) | Head::Proj(_) => {
                 unreachable!("leaves, the root and tuples are not single-result kernels")
             }
         };
-        // each inline absorbs one source op; an epilogue starts from the product and one consumer
-        let inlined =
-            |start: usize| format!("fuse-producer x{}", absorbed.len().saturating_sub(start));
+        // each inline absorbs one class; an epilogue's anchors are its own rule's. Where the
+        // rule did not record its classes, each absorbed source op but the first (or the
+        // product and the consumer) counts.
+        let inlined = |start: usize| {
+            let n = match sources.inside(node) {
+                Some(inner) => inner.iter().filter(|&&k| !is_anchor(eg, k)).count(),
+                None => absorbed.len().saturating_sub(start),
+            };
+            format!("fuse-producer x{n}")
+        };
         let built_by = eg
             .analysis
             .built_by
@@ -706,11 +722,23 @@ fn to_kernel_graph(b: &Built, g: &Graph, choice: &extract::Choice) -> KernelGrap
     kg
 }
 
-/// Which source ops a fused kernel absorbed: the source values between its operands (or any
-/// other stored value) and the class it computes.
+/// Whether class `c` holds a matmul or convolution (with or without an epilogue).
+fn is_anchor(eg: &analysis::Graph, c: Id) -> bool {
+    eg[c].nodes.iter().any(|n| {
+        matches!(
+            n.head,
+            Head::Op(sinter_ir::Op::Matmul | sinter_ir::Op::Conv2d, _) | Head::Epilogue(..)
+        )
+    })
+}
+
+/// Which source ops a fused kernel absorbed: the source values between its operands and the
+/// class it computes, through the classes it computes inside itself (or, where those were not
+/// recorded, up to any stored value).
 struct SourceOps<'a> {
     b: &'a Built,
     g: &'a Graph,
+    fused: Option<&'a fusion::State>,
     /// The last source value of each class.
     value_in: HashMap<Id, ValueId>,
     /// Classes the extraction stores (their values are another kernel's outputs).
@@ -718,7 +746,12 @@ struct SourceOps<'a> {
 }
 
 impl<'a> SourceOps<'a> {
-    fn new(b: &'a Built, g: &'a Graph, choice: &extract::Choice) -> Self {
+    fn new(
+        b: &'a Built,
+        g: &'a Graph,
+        choice: &extract::Choice,
+        fused: Option<&'a fusion::State>,
+    ) -> Self {
         let value_in = g
             .value_ids()
             .map(|v| (b.egraph.find(b.class_of[v.index()]), v))
@@ -726,14 +759,24 @@ impl<'a> SourceOps<'a> {
         SourceOps {
             b,
             g,
+            fused,
             value_in,
             stored: choice.node.keys().copied().collect(),
         }
     }
 
-    fn absorbed(&self, c: Id, kids: &[Id]) -> Vec<String> {
+    /// The classes fused node `node` computes inside itself, where recorded.
+    fn inside(&self, node: &ENode) -> Option<HashSet<Id>> {
         let eg = &self.b.egraph;
-        let stops: HashSet<Id> = kids.iter().map(|&k| eg.find(k)).collect();
+        let inner = self.fused?.inside(eg, node)?;
+        Some(inner.iter().map(|&k| eg.find(k)).collect())
+    }
+
+    fn absorbed(&self, c: Id, node: &ENode) -> Vec<String> {
+        let eg = &self.b.egraph;
+        let stops: HashSet<Id> = node.kids.iter().map(|&k| eg.find(k)).collect();
+        // a stored class that this node recomputes is walked through
+        let inner = self.inside(node).unwrap_or_default();
         let Some(&start) = self.value_in.get(&c) else {
             return Vec::new();
         };
@@ -744,7 +787,7 @@ impl<'a> SourceOps<'a> {
             let class = eg.find(self.b.class_of[v.index()]);
             if !seen.insert(v)
                 || stops.contains(&class)
-                || (v != start && self.stored.contains(&class))
+                || (v != start && self.stored.contains(&class) && !inner.contains(&class))
             {
                 continue;
             }
@@ -935,7 +978,7 @@ impl Exploration<'_> {
         );
         let mut out = vec![(
             "the source's nodes".to_string(),
-            to_kernel_graph(b, self.source, &default),
+            to_kernel_graph(b, self.source, &default, None),
         )];
         for class in eg.classes() {
             for n in &class.nodes {
@@ -959,7 +1002,7 @@ impl Exploration<'_> {
                     continue; // not reachable from the outputs, or not acyclic here
                 }
                 let what = format!("class {} as {n}", class.id);
-                out.push((what, to_kernel_graph(b, self.source, &choice)));
+                out.push((what, to_kernel_graph(b, self.source, &choice, None)));
             }
         }
         out
