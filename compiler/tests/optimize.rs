@@ -164,13 +164,11 @@ fn fused_reductions_over_outer_axes_and_argmax_keep_values() {
     check_alternatives(src, true, 3000);
 }
 
-/// Convolutions with an elementwise consumer (bias, activation, scale, residual add) become
-/// `conv2d_epilogue` kernels; every extraction, forward and backward, computes the same values.
-#[test]
-fn fused_convolution_epilogues_keep_values() {
-    let src = "graph t {
-  input x: f32[2, 4, 5, 4]
-  input res: f32[2, 6, 5, 4]
+/// A convolutional training step: two convolutions sharing a weight, with bias, scale,
+/// residual add and activations after them.
+const CONV_STEP: &str = "graph t {
+  input x: f32[2, 4, 9, 7]
+  input res: f32[2, 6, 9, 7]
   input s: f32[6, 1, 1]
   param w: f32[6, 2, 3, 3] = normal(std=0.3, seed=1)
   param b: f32[6] = normal(std=0.1, seed=2)
@@ -182,6 +180,12 @@ fn fused_convolution_epilogues_keep_values() {
   output y, z, loss, dw, db
 }
 ";
+
+/// Convolutions with an elementwise consumer (bias, activation, scale, residual add) become
+/// `conv2d_epilogue` kernels; every extraction, forward and backward, computes the same values.
+#[test]
+fn fused_convolution_epilogues_keep_values() {
+    let src = CONV_STEP;
     let g = program(src);
     let e = explore(&g, true);
     assert!(
@@ -198,20 +202,7 @@ fn fused_convolution_epilogues_keep_values() {
 /// `tanh` backward's epilogue) lists the recomputed ops.
 #[test]
 fn kernels_list_every_source_op_they_compute() {
-    let conv = "graph t {
-  input x: f32[2, 4, 9, 7]
-  input res: f32[2, 6, 9, 7]
-  input s: f32[6, 1, 1]
-  param w: f32[6, 2, 3, 3] = normal(std=0.3, seed=1)
-  param b: f32[6] = normal(std=0.1, seed=2)
-  c = conv2d(x, w, b, padding=[1, 1], groups=2)
-  y = relu(add(mul(c, s), res))
-  z = tanh(conv2d(x, w, padding=[1, 1], groups=2))
-  loss = add(sum(mul(y, y)), sum(z))
-  dw, db = grad(loss, w, b)
-  output y, z, loss, dw, db
-}
-";
+    let conv = CONV_STEP;
     let mlp = "graph t {
   input x: f32[5, 6]
   input labels: i32[5]
