@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Rng, close, inputs, program};
-use sinter_compiler::kgraph::evaluate;
+use sinter_compiler::kgraph::{KernelOp, evaluate};
 use sinter_compiler::optimize::{explore, rules};
 use sinter_ir::interp::evaluate as interp;
 
@@ -241,6 +241,47 @@ fn kernels_list_every_source_op_they_compute() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A weight gradient that both AdamW moments read is one product, stored once and read by both
+/// updates, not recomputed inside each moment's epilogue (which every single-class move of the
+/// extraction prefers: only switching both readers at once pays). The batch is long enough for
+/// the product to cost more than the launches storing it adds.
+#[test]
+fn a_weight_gradient_is_computed_once_for_both_moments() {
+    let src = "graph t {
+  input x: f32[4096, 256]
+  input labels: i32[4096]
+  param w1: f32[256, 512] = normal(std=0.05, seed=1)
+  param w2: f32[512, 64] = normal(std=0.05, seed=2)
+  h = relu(matmul(x, w1))
+  loss = cross_entropy(matmul(h, w2), labels)
+  train loss with adamw(lr=0.01, weight_decay=0.1)
+  output loss
+}
+";
+    let g = program(src);
+    let (kg, _) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let mut products: Vec<Vec<&str>> = Vec::new();
+    for node in &kg.nodes {
+        let anchor = match &node.op {
+            KernelOp::Ir(sinter_ir::Op::Matmul, _) => true,
+            KernelOp::Epilogue(op, ..) => *op == sinter_ir::Op::Matmul,
+            _ => false,
+        };
+        if anchor {
+            let operands: Vec<&str> = node.inputs[..node.anchor_operands()]
+                .iter()
+                .map(|&v| kg.name_of(v))
+                .collect();
+            assert!(
+                !products.contains(&operands),
+                "the product of {operands:?} is computed twice:\n{}",
+                sinter_compiler::describe_kernel_graph(&kg)
+            );
+            products.push(operands);
         }
     }
 }

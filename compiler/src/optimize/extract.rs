@@ -438,6 +438,62 @@ pub fn extract(
                 (chosen, refs) = (saved_chosen, saved_refs);
             }
         }
+        // anchor moves: a product or convolution that several chosen epilogues recompute
+        // (a weight gradient feeding both AdamW moments) is worth storing once only when
+        // every one of them reads it instead, which no single swap sees
+        let mut recomputing: HashMap<ENode, Vec<Id>> = HashMap::default();
+        for (&c, &i) in &chosen {
+            if let Some(anchor) = anchor_of(g, &g[c].nodes[i]) {
+                recomputing.entry(anchor).or_default().push(c);
+            }
+        }
+        let mut anchors: Vec<(ENode, Vec<Id>)> = recomputing
+            .into_iter()
+            .filter(|(_, readers)| readers.len() > 1)
+            .collect();
+        anchors.sort();
+        for (anchor, readers) in anchors {
+            if start.elapsed() > budget {
+                break;
+            }
+            let stored = g.lookup(anchor).map(|a| g.find(a));
+            let before = total(&chosen);
+            let (saved_chosen, saved_refs) = (chosen.clone(), refs.clone());
+            for c in readers {
+                // the node of the class that reads the product stored (or, where the class
+                // has none, that recomputes no product: a form of it may be stored) and
+                // changes the DAG cost least, given the readers switched before it
+                let Some(&cur) = chosen.get(&c) else { continue };
+                let candidates: Vec<usize> = (0..g[c].nodes.len())
+                    .filter(|&j| own.contains_key(&(c, j)))
+                    .filter(|&j| anchor_of(g, &g[c].nodes[j]).is_none())
+                    .collect();
+                let reading: Vec<usize> = candidates
+                    .iter()
+                    .copied()
+                    .filter(|&j| {
+                        let kids = &g[c].nodes[j].kids;
+                        kids.iter().any(|&k| Some(g.find(k)) == stored)
+                    })
+                    .collect();
+                let pick = if reading.is_empty() {
+                    candidates
+                } else {
+                    reading
+                }
+                .into_iter()
+                .map(|j| (swap_delta(g, &best, &chosen, &refs, &own, c, cur, j), j))
+                .min_by(|x, y| x.0.total_cmp(&y.0));
+                if let Some((_, j)) = pick {
+                    apply_swap(g, &best, &mut chosen, &mut refs, c, cur, j);
+                }
+            }
+            if total(&chosen) < before - 1e-3 {
+                moved = true;
+            } else {
+                (chosen, refs) = (saved_chosen, saved_refs);
+            }
+        }
         if !moved || start.elapsed() > budget {
             break;
         }
@@ -453,6 +509,18 @@ pub fn extract(
             .collect(),
         cost,
     }
+}
+
+/// The anchor op an epilogue node computes inside itself, as the plain e-node (canonical).
+fn anchor_of(g: &Graph, n: &ENode) -> Option<ENode> {
+    let Head::Epilogue(op, attrs, _) = &n.head else {
+        return None;
+    };
+    let kids = n.kids[..n.anchor_operands()]
+        .iter()
+        .map(|&k| g.find(k))
+        .collect();
+    Some(ENode::new(Head::Op(*op, attrs.clone()), kids))
 }
 
 /// Chooses `c` (and, recursively, what its best node needs) if it is not chosen yet.
