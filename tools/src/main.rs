@@ -49,7 +49,7 @@ enum Command {
     /// Show what an artifact holds: kernels, arena map, dispatches, I/O manifest, WGSL.
     Inspect(inspect::Args),
     /// Train: run a training program step after step over a data set of .npy files.
-    Train(train::Args),
+    Train(Box<train::Args>),
 }
 
 fn main() -> ExitCode {

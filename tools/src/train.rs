@@ -9,6 +9,7 @@
 
 mod data;
 mod eval;
+mod plot;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal as _, Write as _};
@@ -76,6 +77,11 @@ pub struct Args {
     #[arg(long, value_name = "K", requires = "eval",
           value_parser = clap::value_parser!(u64).range(1..))]
     eval_every: Option<u64>,
+    /// Draw the loss curve (every loss read back, see --log-every) and, with --eval, the
+    /// held-out loss at each evaluation, to this file after training (or when the loss
+    /// diverges).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
+    plot: Option<PathBuf>,
     /// With --eval: report the share of rows of the output LOGITS ([..., classes]) whose largest
     /// entry is at the class the input LABELS (i32) gives.
     #[arg(long, value_name = "LOGITS=LABELS", requires = "eval",
@@ -101,7 +107,7 @@ weights went.
 
 Example:
   sinter train ir-spec/examples/digits_mlp.sir --data ir-spec/examples/data/digits/train \\
-    --steps 1000 --shuffle-seed 1 --log loss.csv --save-weights digits.safetensors \\
+    --steps 1000 --shuffle-seed 1 --log loss.csv --plot loss.svg --save-weights digits.safetensors \\
     --eval ir-spec/examples/digits_mlp_eval.sir --eval-data ir-spec/examples/data/digits/test \\
     --accuracy logits=labels";
 
@@ -134,6 +140,15 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     if let Some(path) = &args.save_weights {
         check_writable(path)?;
     }
+    let plot_format = match &args.plot {
+        Some(path) => {
+            let format = plot::format_of(path)?;
+            check_writable(path)?;
+            Some(format)
+        }
+        None => None,
+    };
+    let mut curve = plot::Curve::default();
     let trained = slots(&artifact, Role::Param);
     let graph = artifact.graph.clone();
     let mut evaluator = match (&args.eval, &args.eval_data) {
@@ -175,8 +190,10 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             if let Some(log) = &mut log {
                 log.write(step, loss, elapsed)?;
             }
+            curve.train.push((step, loss));
             if !loss.is_finite() {
                 bar.finish_and_clear();
+                draw_plot(args, plot_format, &graph, &curve)?;
                 let since = last_finite.map_or(0, |(s, _)| s);
                 return Err(CliError::Diverged {
                     step,
@@ -192,6 +209,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             && step != args.steps
         {
             let score = ev.run(&session)?;
+            curve.held_out.extend(score.loss.map(|l| (step, l)));
             bar.suspend(|| {
                 console::println(&format!("eval at step {step}: {}", score.describe()))
             })?;
@@ -217,11 +235,27 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     }
     if let Some(ev) = &mut evaluator {
         let score = ev.run(&session)?;
+        curve.held_out.extend(score.loss.map(|l| (args.steps, l)));
         let dir = args.eval_data.as_deref().unwrap_or(Path::new("?"));
         console::println(&format!("eval on {}: {}", dir.display(), score.describe()))?;
     }
+    draw_plot(args, plot_format, &graph, &curve)?;
     if let Some(path) = &args.save_weights {
         crate::outputs::save_weights(&session, path)?;
+    }
+    Ok(())
+}
+
+/// Draws `curve` to `--plot`, if given (`format` is its checked format), and says where.
+fn draw_plot(
+    args: &Args,
+    format: Option<plot::Format>,
+    graph: &str,
+    curve: &plot::Curve,
+) -> Result<(), CliError> {
+    if let (Some(path), Some(format)) = (&args.plot, format) {
+        plot::draw(path, format, &format!("training `{graph}`"), curve)?;
+        console::println(&format!("loss curve: {}", path.display()))?;
     }
     Ok(())
 }

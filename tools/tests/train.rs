@@ -81,9 +81,10 @@ const DIGITS_STEPS: u32 = 1000;
 fn digits_mlp_classifies_95_percent_of_held_out_digits() {
     let tmp = tempfile::tempdir().unwrap();
     let data = examples().join("data/digits");
-    let (log, weights) = (
+    let (log, weights, plot) = (
         tmp.path().join("loss.csv"),
         tmp.path().join("w.safetensors"),
+        tmp.path().join("loss.svg"),
     );
     let steps = DIGITS_STEPS.to_string();
     let run = ok(&[
@@ -99,16 +100,49 @@ fn digits_mlp_classifies_95_percent_of_held_out_digits() {
         "50",
         "--log",
         &s(&log),
+        "--plot",
+        &s(&plot),
         "--save-weights",
         &s(&weights),
         "--eval",
         &s(examples().join("digits_mlp_eval.sir")),
         "--eval-data",
         &s(data.join("test")),
+        "--eval-every",
+        "250",
         "--accuracy",
         "logits=labels",
     ]);
     println!("{}", run.stdout);
+
+    // The plot: the training loss at every read (20 points) and the held-out loss at steps
+    // 250, 500, 750 and 1000 (a line and a dot each).
+    let svg = std::fs::read_to_string(&plot).expect("the plot exists");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    for label in [
+        "training loss",
+        "held-out loss",
+        "step",
+        "loss",
+        "digits_mlp",
+    ] {
+        assert!(svg.contains(label), "`{label}` not in the plot");
+    }
+    let lines: Vec<usize> = svg
+        .split("<polyline")
+        .skip(1)
+        .map(|l| {
+            let points = l.split("points=\"").nth(1).expect("points");
+            points[..points.find('"').expect("end")]
+                .split_whitespace()
+                .count()
+        })
+        .collect();
+    assert!(
+        lines.contains(&20) && lines.contains(&4),
+        "polylines of {lines:?} points"
+    );
+    assert_eq!(svg.matches("<circle").count(), 4, "held-out dots");
 
     // The loss log: every 50 steps, from ln(10) = 2.3 down to near zero.
     let rows = loss_log(&log);
@@ -317,6 +351,8 @@ fn bad_training_arguments_exit_2() {
         // Checked before step 1: the held-out data and the weights path.
         (&["--eval", &eval, "--eval-data", &bad_eval], &["labels.npy: sample 3 of input `labels` holds -1"]),
         (&["--save-weights", "/nonexistent/dir/w.safetensors"], &["cannot write /nonexistent/dir/w.safetensors"]),
+        (&["--plot", "loss.jpg"], &["--plot loss.jpg: the file must end in .svg or .png"]),
+        (&["--plot", "/nonexistent/dir/loss.png"], &["cannot write /nonexistent/dir/loss.png"]),
     ];
     for (extra, expected) in cases {
         let mut args = vec!["train", &program, "--data", &data];
@@ -345,6 +381,32 @@ fn bad_training_arguments_exit_2() {
     ]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("x.npy"), "{}", run.stderr);
+}
+
+/// `--plot FILE.png` draws the same curve as a PNG image of 960 × 540 pixels.
+#[test]
+fn the_loss_curve_plots_as_png() {
+    let dir = tempfile::tempdir().unwrap();
+    digits_like(dir.path(), 64);
+    let plot = dir.path().join("loss.png");
+    ok(&[
+        "train",
+        &s(examples().join("digits_mlp.sir")),
+        "--data",
+        &s(dir.path()),
+        "--steps",
+        "6",
+        "--log-every",
+        "2",
+        "--plot",
+        &s(&plot),
+    ]);
+    let png = std::fs::read(&plot).expect("the plot exists");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG signature");
+    // the IHDR chunk: width and height, big-endian, after its length and type
+    assert_eq!(&png[12..16], b"IHDR");
+    let size = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!((size(16), size(20)), (960, 540));
 }
 
 /// A loss that stops being finite stops training, naming the step, without saving weights; a
