@@ -208,9 +208,6 @@ fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Pr
     Some(p)
 }
 
-/// A kernel node by program and canonical operands.
-type KernelKey = (Interned<Program>, Vec<Id>);
-
 /// What the fusion rules share: the attempts already made, the classes each fused kernel
 /// computes inside itself, and the barrier of classes that must not be inlined (the values a
 /// previous extraction stores, so that a second round builds each stored value's kernel up to
@@ -218,7 +215,8 @@ type KernelKey = (Interned<Program>, Vec<Id>);
 #[derive(Default)]
 pub struct State {
     tried: Mutex<HashSet<(ENode, usize, ENode)>>,
-    absorbed: Mutex<HashMap<KernelKey, Arc<Vec<Id>>>>,
+    /// By fused node (kernel or epilogue) with canonical operands.
+    absorbed: Mutex<HashMap<ENode, Arc<Vec<Id>>>>,
     pub barrier: HashSet<Id>,
 }
 
@@ -229,10 +227,9 @@ impl State {
         let old = self.absorbed.lock().expect("not poisoned");
         let absorbed = old
             .iter()
-            .map(|((p, kids), inner)| {
-                let kids = kids.iter().map(|&k| g.find(k)).collect();
+            .map(|(node, inner)| {
                 let inner = inner.iter().map(|&k| g.find(k)).collect();
-                ((p.clone(), kids), Arc::new(inner))
+                (canonical(g, node), Arc::new(inner))
             })
             .collect();
         State {
@@ -251,35 +248,41 @@ impl State {
     /// The classes a fused node (a kernel or an epilogue) computes inside itself, where the
     /// rule that built it recorded them.
     pub fn inside(&self, g: &Graph, node: &ENode) -> Option<Arc<Vec<Id>>> {
-        let (Head::Kernel(p) | Head::Epilogue(_, _, p)) = &node.head else {
+        if !matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
             return None;
-        };
-        let kids: Vec<Id> = node.kids.iter().map(|&k| g.find(k)).collect();
-        self.absorbed
-            .lock()
-            .expect("not poisoned")
-            .get(&(p.clone(), kids))
-            .cloned()
+        }
+        let absorbed = self.absorbed.lock().expect("not poisoned");
+        // the nodes of a rebuilt e-graph's classes are canonical already
+        if node.kids.iter().all(|&k| g.find(k) == k) {
+            absorbed.get(node).cloned()
+        } else {
+            absorbed.get(&canonical(g, node)).cloned()
+        }
     }
 
-    /// Whether `node` computes a barrier class inside itself.
-    fn crosses_barrier(&self, g: &Graph, node: &ENode) -> bool {
+    /// Whether a node computing the classes `inner` inside itself computes a barrier class.
+    fn crosses_barrier(&self, g: &Graph, inner: Option<&Vec<Id>>) -> bool {
         !self.barrier.is_empty()
-            && self
-                .inside(g, node)
-                .is_some_and(|inner| inner.iter().any(|&c| self.barrier.contains(&g.find(c))))
+            && inner.is_some_and(|inner| inner.iter().any(|&c| self.barrier.contains(&g.find(c))))
     }
 
     fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
-        if let Head::Kernel(p) | Head::Epilogue(_, _, p) = &node.head {
-            let kids = node.kids.iter().map(|&k| g.find(k)).collect();
+        if matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
             self.absorbed
                 .lock()
                 .expect("not poisoned")
-                .entry((p.clone(), kids))
+                .entry(canonical(g, node))
                 .or_insert_with(|| Arc::new(inner));
         }
     }
+}
+
+/// `node` with its operands' canonical classes.
+fn canonical(g: &Graph, node: &ENode) -> ENode {
+    ENode::new(
+        node.head.clone(),
+        node.kids.iter().map(|&k| g.find(k)).collect(),
+    )
 }
 
 /// The size of `node` as a fusible node (its instruction count), without building its
@@ -323,10 +326,11 @@ fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<ENode
         let Some(size) = fusible_size(n, consumer) else {
             continue;
         };
-        if state.crosses_barrier(g, n) {
+        let inner = state.inside(g, n);
+        if state.crosses_barrier(g, inner.as_deref()) {
             continue;
         }
-        let key = (state.inside(g, n).map_or(0, |v| v.len()), size);
+        let key = (inner.map_or(0, |v| v.len()), size);
         if best.is_none_or(|(b, _)| key > b) {
             best = Some((key, n));
         }
