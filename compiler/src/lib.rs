@@ -295,6 +295,33 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
         .collect()
 }
 
+/// Validates every kernel's WGSL (and its subgroup form) with naga, on all cores: the first
+/// invalid module in kernel order is the error.
+fn validate_all(kernels: &[Kernel]) -> Result<(), CompileError> {
+    let check = |k: &Kernel| -> Result<(), CompileError> {
+        codegen::validate(&k.name, &k.wgsl, false)?;
+        match &k.subgroup_wgsl {
+            Some(wgsl) => codegen::validate(&k.name, wgsl, true),
+            None => Ok(()),
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    if threads < 2 || kernels.len() < 2 {
+        return kernels.iter().try_for_each(check);
+    }
+    let per = kernels.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = kernels
+            .chunks(per)
+            .map(|part| scope.spawn(move || part.iter().try_for_each(check)))
+            .collect();
+        parts.into_iter().try_for_each(|h| match h.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    })
+}
+
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
     graph: &kgraph::KernelGraph,
@@ -331,10 +358,6 @@ fn pack(
             }
             None => {
                 let name = format!("k{}_{}", kernels.len(), step.plan.pattern());
-                codegen::validate(&name, &src.wgsl, false)?;
-                if let Some(wgsl) = &src.subgroup_wgsl {
-                    codegen::validate(&name, wgsl, true)?;
-                }
                 let i = kernels.len() as u32;
                 kernels.push(Kernel {
                     name,
@@ -375,6 +398,7 @@ fn pack(
             address_words: src.address_words,
         });
     }
+    validate_all(&kernels)?;
     let arena_size = |bytes: u64| bytes.max(4);
     let largest = mem
         .arenas
