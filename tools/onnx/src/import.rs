@@ -328,7 +328,14 @@ impl Importer {
             if let Val::Dynamic { id, .. } = &val {
                 self.name_value(*id, name);
             } else {
-                self.origins.insert(name.clone(), Origin::Computed);
+                // An `Identity` of an initializer is one too: exporters write one initializer
+                // for several equal params (a LayerNorm's ones) and Identity nodes for the rest.
+                let origin = match (op.as_str(), node.input.first()) {
+                    ("Identity", Some(source)) => self.origins.get(source).copied(),
+                    _ => None,
+                };
+                self.origins
+                    .insert(name.clone(), origin.unwrap_or(Origin::Computed));
             }
             self.env.insert(name.clone(), val);
         }

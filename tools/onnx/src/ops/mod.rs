@@ -109,7 +109,8 @@ fn unsupported_reason(op: &str) -> String {
         "Mod" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => {
             needs_op("integer arithmetic at run time")
         }
-        "TopK" | "Unique" | "NonZero" | "NonMaxSuppression" => {
+        "TopK" => needs_op("sorting"),
+        "Unique" | "NonZero" | "NonMaxSuppression" => {
             format!("`{op}` has a data-dependent result; sinter's shapes are static")
         }
         "ScatterND" | "ScatterElements" | "GatherND" | "GatherElements" => {

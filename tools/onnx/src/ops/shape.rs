@@ -33,6 +33,11 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
         "Slice" => {
             let x = args.input(0)?;
             let ranges = slice_ranges(&shape_of(cx, &x.1), args)?;
+            if let Some((a, ..)) = ranges.iter().find(|(_, s, e, _)| s == e) {
+                return Err(Problem::unsupported(format!(
+                    "Slice selecting nothing on axis {a} (sinter has no empty tensors)"
+                )));
+            }
             let mut v = cx.value(x)?;
             for r in ranges {
                 v = slice(cx, v, r)?;
@@ -277,7 +282,8 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, Problem> {
         .collect()
 }
 
-/// One sinter slice: `(axis, start, end, step)`, with `start < end` and `step ≥ 1`.
+/// One sinter slice: `(axis, start, end, step)`, with `start ≤ end` and `step ≥ 1` (an empty
+/// range only folds: sinter has no empty tensors).
 pub type Range1 = (usize, usize, usize, usize);
 
 /// `Slice`'s ranges on a value of shape `shape`, clamped as ONNX does; full ranges are dropped.
@@ -316,12 +322,7 @@ pub fn slice_ranges(shape: &[usize], args: &Args) -> Result<Vec<Range1>, Problem
             let v = if v < 0 { v.saturating_add(dim) } else { v };
             v.clamp(0, dim) as usize
         };
-        let (s, e) = (clamp(s), clamp(e));
-        if s >= e {
-            return Err(Problem::unsupported(format!(
-                "Slice selecting nothing on axis {a} (sinter has no empty tensors)"
-            )));
-        }
+        let (s, e) = (clamp(s), clamp(e).max(clamp(s)));
         if (s, e, step) != (0, dim as usize, 1) {
             out.push((a, s, e, step as usize));
         }

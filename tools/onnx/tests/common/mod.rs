@@ -194,7 +194,20 @@ pub fn compare(
     Ok(())
 }
 
-pub fn run_node_test(dir: &Path) -> Outcome {
+/// The outcome in the interpreter and, for a test that passes there, on the GPU.
+pub fn run_node_test(dir: &Path, gpu: bool) -> (Outcome, Option<Outcome>) {
+    let mut imported = None;
+    let interp = run_in_interpreter(dir, &mut imported);
+    let on_gpu = match (&interp, imported) {
+        (Outcome::Passed, Some((i, sets, names))) if gpu => Some(run_on_gpu(&i, &sets, &names)),
+        _ => None,
+    };
+    (interp, on_gpu)
+}
+
+type Loaded = Option<(Imported, Vec<DataSet>, Vec<String>)>;
+
+fn run_in_interpreter(dir: &Path, keep: &mut Loaded) -> Outcome {
     let model = match std::fs::read(dir.join("model.onnx")) {
         Ok(m) => m,
         Err(e) => return Outcome::Failed(e.to_string()),
@@ -227,6 +240,61 @@ pub fn run_node_test(dir: &Path) -> Outcome {
                 return Outcome::Failed(format!("output `{}` missing", port.sir));
             };
             if let Err(e) = compare(&port.onnx, got, want, RTOL, ATOL) {
+                return Outcome::Failed(e);
+            }
+        }
+    }
+    *keep = Some((imported, sets, names));
+    Outcome::Passed
+}
+
+/// Tolerances on the GPU, which computes in f32 (the interpreter in f64).
+pub const GPU_RTOL: f64 = 1e-3;
+pub const GPU_ATOL: f64 = 1e-5;
+
+/// Compiles an imported node test and runs every data set on the GPU (the adapter wgpu finds;
+/// lavapipe in CI), comparing with the suite's expected outputs.
+pub fn run_on_gpu(imported: &Imported, sets: &[DataSet], names: &[String]) -> Outcome {
+    use sinter_runtime::Session;
+    use sinter_runtime::io::HostTensor;
+    let compiled =
+        match sinter_compiler::compile(&imported.graph, &sinter_compiler::Options::default()) {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(format!("compile: {e}")),
+        };
+    let mut session = match Session::load(compiled.artifact) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(format!("load: {e}")),
+    };
+    let weights: Vec<(String, HostTensor)> = imported
+        .weights
+        .iter()
+        .filter(|(n, _)| session.artifact().tensors.iter().any(|t| &t.name == n))
+        .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
+        .collect();
+    if let Err(e) = session.load_weights(&weights) {
+        return Outcome::Failed(format!("weights: {e}"));
+    }
+    for set in sets {
+        let mut host = Vec::new();
+        for (onnx, lit) in names.iter().zip(&set.inputs) {
+            if let Some(port) = imported.inputs.iter().find(|p| &p.onnx == onnx) {
+                match feed(lit) {
+                    Ok(t) => host.push((port.sir.clone(), HostTensor::from_interp(&t))),
+                    Err(e) => return Outcome::Unsupported(format!("input `{onnx}`: {e}")),
+                }
+            }
+        }
+        let feeds: Vec<(&str, &HostTensor)> = host.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let got = match session.run(&feeds) {
+            Ok(g) => g,
+            Err(e) => return Outcome::Failed(format!("run: {e}")),
+        };
+        for (port, want) in imported.outputs.iter().zip(&set.outputs) {
+            let Some(t) = got.get(&port.sir) else {
+                return Outcome::Failed(format!("output `{}` missing", port.sir));
+            };
+            if let Err(e) = compare(&port.onnx, &t.to_interp(), want, GPU_RTOL, GPU_ATOL) {
                 return Outcome::Failed(e);
             }
         }
