@@ -173,7 +173,6 @@ fn unsupported_reason(op: &str) -> String {
         | "Shrink"
         | "Binarizer"
         | "RotaryEmbedding"
-        | "RMSNormalization"
         | "TensorScatter"
         | "Swish"
         | "BitCast" => {

@@ -35,7 +35,7 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
             )?)?
         }
         "BatchNormalization" => batch_norm(cx, args)?,
-        "LayerNormalization" => layer_norm(cx, args)?,
+        "LayerNormalization" | "RMSNormalization" => normalization(cx, op, args)?,
         "GroupNormalization" | "InstanceNormalization" => group_norm(cx, op, args)?,
         "Softmax" | "LogSoftmax" => {
             let x = f32_value(cx, args.input(0)?)?;
@@ -65,7 +65,7 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
             )?;
             float(binary(cx, Op::Eq, index, at)?)?
         }
-        "SoftmaxCrossEntropyLoss" => cross_entropy(cx, args)?,
+        "SoftmaxCrossEntropyLoss" | "NegativeLogLikelihoodLoss" => class_loss(cx, op, args)?,
         _ => return Ok(None),
     };
     Ok(Some(result))
@@ -480,12 +480,12 @@ fn vector(cx: &mut Importer, o: Option<&Operand>, n: usize, fill: f64) -> Result
     }
 }
 
-fn layer_norm(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
-    if args.wants(1) || args.wants(2) {
-        return Err(Problem::unsupported(
-            "LayerNormalization's Mean and InvStdDev outputs",
-        ));
-    }
+/// `LayerNormalization` and `RMSNormalization` over the axes from `axis` on: sinter's
+/// `layer_norm`/`rms_norm` (which normalize the last axis) on the value with those axes
+/// flattened into one. LayerNormalization's optional `Mean` and `InvStdDev` outputs are
+/// computed beside it.
+fn normalization(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
+    let rms = op == "RMSNormalization";
     args.attrs.ignore("stash_type");
     let eps = args.attrs.float("epsilon", 1e-5);
     let x = f32_value(cx, args.input(0)?)?;
@@ -493,7 +493,6 @@ fn layer_norm(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
     let a = axis(args.attrs.int("axis", -1), shape.len(), "axis")?;
     let d: usize = shape[a..].iter().product();
     let gamma = vector(cx, args.operand(1), d, 1.0)?;
-    let beta = vector(cx, args.operand(2), d, 0.0)?;
     let flat: Vec<usize> = shape[..a].iter().copied().chain([d]).collect();
     let xf = if flat == shape {
         x
@@ -504,15 +503,55 @@ fn layer_norm(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
             Attrs::new().and(key::SHAPE, flat.clone()),
         )?
     };
-    let mut y = cx.op(
-        Op::LayerNorm,
-        &[xf, gamma, beta],
-        Attrs::new().and(key::EPS, eps),
-    )?;
+    let eps_attr = Attrs::new().and(key::EPS, eps);
+    let mut y = if rms {
+        cx.op(Op::RmsNorm, &[xf, gamma], eps_attr)?
+    } else {
+        let beta = vector(cx, args.operand(2), d, 0.0)?;
+        cx.op(Op::LayerNorm, &[xf, gamma, beta], eps_attr)?
+    };
     if flat != shape {
-        y = cx.op(Op::Reshape, &[y], Attrs::new().and(key::SHAPE, shape))?;
+        y = cx.op(
+            Op::Reshape,
+            &[y],
+            Attrs::new().and(key::SHAPE, shape.clone()),
+        )?;
     }
-    float(y)
+    let mut out = vec![Some(Val::Dynamic {
+        id: y,
+        elem: Elem::Float,
+    })];
+    if !rms && (args.wants(1) || args.wants(2)) {
+        // statistics of each row, shaped as x with the normalized axes of extent 1
+        let stat_shape: Vec<usize> = shape[..a]
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(1, shape.len() - a))
+            .collect();
+        let last = flat.len() - 1;
+        let keep = Attrs::new()
+            .and(key::AXES, vec![last])
+            .and(key::KEEPDIM, true);
+        let mean = cx.op(Op::Mean, &[xf], keep.clone())?;
+        let centered = binary(cx, Op::Sub, xf, mean)?;
+        let sq = unary(cx, Op::Square, centered)?;
+        let var = cx.op(Op::Mean, &[sq], keep)?;
+        let eps = cx.scalar(eps)?;
+        let ve = binary(cx, Op::Add, var, eps)?;
+        let inv = unary(cx, Op::Rsqrt, ve)?;
+        for v in [mean, inv] {
+            let r = cx.op(
+                Op::Reshape,
+                &[v],
+                Attrs::new().and(key::SHAPE, stat_shape.clone()),
+            )?;
+            out.push(Some(Val::Dynamic {
+                id: r,
+                elem: Elem::Float,
+            }));
+        }
+    }
+    Ok(out)
 }
 
 /// `GroupNormalization` (scale and bias per channel since opset 21, per group before) and
@@ -573,17 +612,12 @@ fn group_norm(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Probl
     )?)
 }
 
-fn cross_entropy(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
-    if args.operand(2).is_some() {
-        return Err(Problem::unsupported(
-            "class weights (sinter's cross_entropy has none)",
-        ));
-    }
-    if args.attrs.has("ignore_index") {
-        return Err(Problem::unsupported(
-            "ignore_index (sinter's cross_entropy has none)",
-        ));
-    }
+/// `SoftmaxCrossEntropyLoss` and `NegativeLogLikelihoodLoss`. Without class weights and
+/// `ignore_index`, the softmax loss is sinter's `cross_entropy` (over `[N, C]`, with the class
+/// axis of `[N, C, d…]` moved last); otherwise each element's loss is `−w[t]·logp[n, t, d…]`
+/// picked by a one-hot mask of the targets (an ignored target weighs 0), reduced as ONNX does
+/// (`mean` divides by the sum of the weights).
+fn class_loss(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
     let reduction = match args.attrs.string("reduction", "mean").as_str() {
         "mean" => "mean",
         "sum" => "sum",
@@ -593,13 +627,53 @@ fn cross_entropy(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
     let scores = f32_value(cx, args.input(0)?)?;
     let labels = args.input(1)?;
     if labels.1.elem() != Elem::Int {
-        return Err(Problem::invalid("labels must be integers"));
+        return Err(Problem::invalid("targets must be integers"));
     }
     let labels = cx.value(labels)?;
     let s = cx.shape_of(scores);
     if s.len() < 2 {
         return Err(Problem::invalid(format!("scores of shape {s:?}")));
     }
+    let softmax = op == "SoftmaxCrossEntropyLoss";
+    let ignore = args
+        .attrs
+        .has("ignore_index")
+        .then(|| args.attrs.int("ignore_index", 0));
+    let weights = args.operand(2);
+    let native = softmax && weights.is_none() && ignore.is_none();
+    let log_prob = if softmax && (args.wants(1) || !native) {
+        Some(cx.op(Op::LogSoftmax, &[scores], Attrs::new().and(key::AXIS, 1))?)
+    } else {
+        None
+    };
+    let loss = if native {
+        native_cross_entropy(cx, scores, labels, reduction)?
+    } else {
+        let logp = log_prob.unwrap_or(scores);
+        let w = weights.map(|w| f32_value(cx, w)).transpose()?;
+        picked_loss(cx, logp, labels, w, ignore, reduction)?
+    };
+    let mut out = vec![Some(Val::Dynamic {
+        id: loss,
+        elem: Elem::Float,
+    })];
+    if softmax && args.wants(1) {
+        out.push(log_prob.map(|id| Val::Dynamic {
+            id,
+            elem: Elem::Float,
+        }));
+    }
+    Ok(out)
+}
+
+/// sinter's `cross_entropy` on `[N, C, d…]` scores and `[N, d…]` labels.
+fn native_cross_entropy(
+    cx: &mut Importer,
+    scores: ValueId,
+    labels: ValueId,
+    reduction: &'static str,
+) -> Result<ValueId, Problem> {
+    let s = cx.shape_of(scores);
     let (n, c) = (s[0], s[1]);
     let rest: Vec<usize> = s[2..].to_vec();
     let rows: usize = n * rest.iter().product::<usize>();
@@ -633,16 +707,66 @@ fn cross_entropy(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
         let shape: Vec<usize> = std::iter::once(n).chain(rest).collect();
         loss = cx.op(Op::Reshape, &[loss], Attrs::new().and(key::SHAPE, shape))?;
     }
-    let mut out = vec![Some(Val::Dynamic {
-        id: loss,
-        elem: Elem::Float,
-    })];
-    if args.wants(1) {
-        let lp = cx.op(Op::LogSoftmax, &[scores], Attrs::new().and(key::AXIS, 1))?;
-        out.push(Some(Val::Dynamic {
-            id: lp,
-            elem: Elem::Float,
-        }));
+    Ok(loss)
+}
+
+/// `−w[t]·logp[n, t, d…]` per element, reduced.
+fn picked_loss(
+    cx: &mut Importer,
+    logp: ValueId,
+    labels: ValueId,
+    weights: Option<ValueId>,
+    ignore: Option<i64>,
+    reduction: &str,
+) -> Result<ValueId, Problem> {
+    let s = cx.shape_of(logp);
+    let rank = s.len();
+    let class = cx.op(
+        Op::Iota,
+        &[],
+        Attrs::new().and(key::SHAPE, s.clone()).and(key::AXIS, 1),
+    )?;
+    let t = cx.op(
+        Op::Cast,
+        &[labels],
+        Attrs::new().and(key::DTYPE, DType::F32),
+    )?;
+    let t1 = cx.op(Op::Unsqueeze, &[t], Attrs::new().and(key::AXIS, 1))?;
+    let hot = binary(cx, Op::Eq, class, t1)?;
+    let zero = cx.scalar(0.0)?;
+    let at_class = Attrs::new().and(key::AXES, vec![1]);
+    let chosen = cx.op(Op::Where, &[hot, logp, zero], Attrs::new())?;
+    let picked = cx.op(Op::Sum, &[chosen], at_class.clone())?;
+    let mut weight = match weights {
+        Some(w) => {
+            let w = per_channel(cx, w, rank)?;
+            let spread = cx.op(Op::Where, &[hot, w, zero], Attrs::new())?;
+            Some(cx.op(Op::Sum, &[spread], at_class)?)
+        }
+        None => None,
+    };
+    if let Some(i) = ignore {
+        let i = cx.scalar(i as f64)?;
+        let ignored = binary(cx, Op::Eq, t, i)?;
+        let one = cx.scalar(1.0)?;
+        let keep = binary(cx, Op::Sub, one, ignored)?;
+        weight = Some(match weight {
+            Some(w) => binary(cx, Op::Mul, w, keep)?,
+            None => keep,
+        });
     }
-    Ok(out)
+    let mut loss = unary(cx, Op::Neg, picked)?;
+    if let Some(w) = weight {
+        loss = binary(cx, Op::Mul, loss, w)?;
+    }
+    Ok(match (reduction, weight) {
+        ("none", _) => loss,
+        ("sum", _) => cx.op(Op::Sum, &[loss], Attrs::new())?,
+        (_, None) => cx.op(Op::Mean, &[loss], Attrs::new())?,
+        (_, Some(w)) => {
+            let total = cx.op(Op::Sum, &[loss], Attrs::new())?;
+            let weight_sum = cx.op(Op::Sum, &[w], Attrs::new())?;
+            binary(cx, Op::Div, total, weight_sum)?
+        }
+    })
 }

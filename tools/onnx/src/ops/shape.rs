@@ -1,6 +1,6 @@
 //! Shape and layout ops: `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`, `Transpose`, `Concat`,
 //! `Slice`, `Split`, `Expand`, `Tile`, `Gather`, `Shape`, `Size`, `ConstantOfShape`,
-//! `DepthToSpace`, `SpaceToDepth`, `Trilu`. The shape rules live here as plain functions, which
+//! `DepthToSpace`, `SpaceToDepth`, `Trilu`, `Pad`. The shape rules live here as plain functions, which
 //! the translations and the import-time evaluation ([`crate::fold`]) share.
 
 use sinter_ir::{Attrs, DType, Op, ValueId, key};
@@ -77,6 +77,7 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
         }
         "DepthToSpace" | "SpaceToDepth" => depth_space(cx, op, args)?,
         "Trilu" => trilu(cx, args)?,
+        "Pad" => pad(cx, args)?,
         "Range" | "ConstantOfShape" => {
             return Err(Problem::NotStatic(format!("every operand of {op}")));
         }
@@ -627,4 +628,126 @@ fn trilu(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
     };
     let y = cx.op(Op::Where, &[keep, v, zero], Attrs::new())?;
     Ok(same_elem(x, y))
+}
+
+/// `Pad` with pads known at import time, by joining slices: `constant` pads with the (scalar)
+/// constant broadcast, `edge` with the edge element, `reflect` with the mirrored elements (edge
+/// excluded), `wrap` with the elements from the other end; negative pads crop.
+fn pad(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
+    let x = args.input(0)?;
+    let mut v = cx.value(x)?;
+    let rank = cx.shape_of(v).len();
+    let pads = args
+        .literal(1, "Pad's pads")?
+        .ok_or_else(|| Problem::invalid("Pad needs pads"))?
+        .as_ints();
+    let axes = match args.literal(3, "Pad's axes")? {
+        Some(l) => normalized(&l.as_ints(), rank)?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(Problem::invalid(format!("pads {pads:?} for axes {axes:?}")));
+    }
+    let mode = args.attrs.string("mode", "constant");
+    let fill = match (mode.as_str(), args.operand(2)) {
+        ("constant", Some(c)) => Some(cx.value(c)?),
+        ("constant", None) => Some(if cx.graph.ty(v).dtype == DType::I32 {
+            cx.literal(Literal::scalar(Elem::Int, 0.0))?
+        } else {
+            cx.scalar(0.0)?
+        }),
+        ("edge" | "reflect" | "wrap", _) => None,
+        (other, _) => return Err(Problem::unsupported(format!("mode=\"{other}\""))),
+    };
+    if let Some(f) = fill {
+        let n: usize = cx.shape_of(f).iter().product();
+        if n != 1 {
+            return Err(Problem::invalid("Pad's constant_value must be one value"));
+        }
+    }
+    for (k, &a) in axes.iter().enumerate() {
+        let (before, after) = (pads[k], pads[k + axes.len()]);
+        let dim = cx.shape_of(v)[a] as i64;
+        // crop first
+        let (lo, hi) = (
+            before.min(0).unsigned_abs() as i64,
+            after.min(0).unsigned_abs() as i64,
+        );
+        if lo + hi >= dim {
+            return Err(Problem::unsupported("Pad cropping an axis to nothing"));
+        }
+        if lo + hi > 0 {
+            v = slice(cx, v, (a, lo as usize, (dim - hi) as usize, 1))?;
+        }
+        let dim = (dim - lo - hi) as usize;
+        let (b, e) = (before.max(0) as usize, after.max(0) as usize);
+        if b == 0 && e == 0 {
+            continue;
+        }
+        if mode == "reflect" && (b >= dim || e >= dim) {
+            return Err(Problem::unsupported(format!(
+                "reflect padding {b}/{e} of an axis of extent {dim}"
+            )));
+        }
+        if mode == "wrap" && (b > dim || e > dim) {
+            return Err(Problem::unsupported(format!(
+                "wrap padding {b}/{e} of an axis of extent {dim}"
+            )));
+        }
+        let mut parts = Vec::new();
+        for (count, at_start) in [(b, true), (e, false)] {
+            if count == 0 {
+                parts.push(None);
+                continue;
+            }
+            let mut shape = cx.shape_of(v);
+            shape[a] = count;
+            let part = match (fill, mode.as_str()) {
+                (Some(f), _) => {
+                    let f = cx.op(
+                        Op::Reshape,
+                        &[f],
+                        Attrs::new().and(key::SHAPE, Vec::<usize>::new()),
+                    )?;
+                    cx.op(Op::BroadcastTo, &[f], Attrs::new().and(key::SHAPE, shape))?
+                }
+                (None, "edge") => {
+                    let i = if at_start { 0 } else { dim - 1 };
+                    let edge = slice(cx, v, (a, i, i + 1, 1))?;
+                    cx.op(
+                        Op::BroadcastTo,
+                        &[edge],
+                        Attrs::new().and(key::SHAPE, shape),
+                    )?
+                }
+                (None, "wrap") => {
+                    let (s0, e0) = if at_start {
+                        (dim - count, dim)
+                    } else {
+                        (0, count)
+                    };
+                    slice(cx, v, (a, s0, e0, 1))?
+                }
+                _ => {
+                    // reflect: before = x[count], …, x[1]; after = x[dim-2], …, x[dim-1-count]
+                    let mut rows = Vec::new();
+                    for j in 1..=count {
+                        let i = if at_start { count + 1 - j } else { dim - 1 - j };
+                        rows.push(slice(cx, v, (a, i, i + 1, 1))?);
+                    }
+                    match rows.as_slice() {
+                        [one] => *one,
+                        _ => cx.op(Op::Concat, &rows, Attrs::new().and(key::AXIS, a))?,
+                    }
+                }
+            };
+            parts.push(Some(part));
+        }
+        let joined: Vec<ValueId> = [parts[0], Some(v), parts[1]]
+            .into_iter()
+            .flatten()
+            .collect();
+        v = cx.op(Op::Concat, &joined, Attrs::new().and(key::AXIS, a))?;
+    }
+    Ok(same_elem(x, v))
 }
