@@ -66,6 +66,7 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
             float(binary(cx, Op::Eq, index, at)?)?
         }
         "SoftmaxCrossEntropyLoss" | "NegativeLogLikelihoodLoss" => class_loss(cx, op, args)?,
+        "Attention" => attention(cx, args)?,
         _ => return Ok(None),
     };
     Ok(Some(result))
@@ -769,4 +770,157 @@ fn picked_loss(
             binary(cx, Op::Div, total, weight_sum)?
         }
     })
+}
+
+/// `Attention` (opset 23) as sinter's `attention`: 3-D operands `[B, S, H·D]` split into heads
+/// (`q_num_heads`, `kv_num_heads`), grouped-query heads repeated, a past key and value
+/// prepended (and returned as the present ones), a boolean or additive mask (shorter masks are
+/// padded with "excluded" as ONNX does), `is_causal` (top-left aligned in both) and `scale`.
+fn attention(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
+    if args.attrs.float("softcap", 0.0) != 0.0 {
+        return Err(Problem::unsupported(
+            "softcap (sinter's attention has no score capping)",
+        ));
+    }
+    if args.wants(3) || args.attrs.int("qk_matmul_output_mode", 0) != 0 {
+        return Err(Problem::unsupported("the qk_matmul_output output"));
+    }
+    if args.operand(6).is_some() {
+        return Err(Problem::unsupported("nonpad_kv_seqlen"));
+    }
+    args.attrs.ignore("softmax_precision");
+    let q = f32_value(cx, args.input(0)?)?;
+    let k = f32_value(cx, args.input(1)?)?;
+    let v = f32_value(cx, args.input(2)?)?;
+    let three_d = cx.shape_of(q).len() == 3;
+    let heads = |name: &str| args.attrs.int(name, 0).max(0) as usize;
+    let (q, k, v) = if three_d {
+        (
+            split_heads(cx, q, heads("q_num_heads"))?,
+            split_heads(cx, k, heads("kv_num_heads"))?,
+            split_heads(cx, v, heads("kv_num_heads"))?,
+        )
+    } else {
+        args.attrs.ignore("q_num_heads");
+        args.attrs.ignore("kv_num_heads");
+        (q, k, v)
+    };
+    let mut present = Vec::new();
+    let mut kv = [k, v];
+    for (i, slot) in kv.iter_mut().enumerate() {
+        if let Some(past) = args.operand(4 + i) {
+            let past = f32_value(cx, past)?;
+            *slot = cx.op(Op::Concat, &[past, *slot], Attrs::new().and(key::AXIS, 2))?;
+        }
+        present.push(*slot);
+    }
+    let [k, v] = kv;
+    let (qs, ks) = (cx.shape_of(q), cx.shape_of(k));
+    if qs.len() != 4 || ks.len() != 4 || qs[1] % ks[1].max(1) != 0 {
+        return Err(Problem::invalid(format!("query {qs:?} and key {ks:?}")));
+    }
+    let group = qs[1] / ks[1];
+    let (k, v) = (repeat_heads(cx, k, group)?, repeat_heads(cx, v, group)?);
+    let mut attrs = Attrs::new().and(key::CAUSAL, args.attrs.int("is_causal", 0) != 0);
+    if args.attrs.has("scale") {
+        attrs = attrs.and(key::SCALE, args.attrs.float("scale", 1.0));
+    }
+    let mut operands = vec![q, k, v];
+    if let Some(m) = args.operand(3) {
+        let boolean = m.1.elem() == Elem::Bool;
+        let mut mask = if boolean {
+            cx.value(m)?
+        } else {
+            f32_value(cx, m)?
+        };
+        let ms = cx.shape_of(mask);
+        let total = ks[2];
+        let have = ms.last().copied().unwrap_or(1);
+        if have < total {
+            // columns past the mask are excluded
+            let fill = cx.scalar(if boolean { 0.0 } else { f64::NEG_INFINITY })?;
+            let mut shape = ms.clone();
+            if let Some(last) = shape.last_mut() {
+                *last = total - have;
+            }
+            let pad = cx.op(
+                Op::BroadcastTo,
+                &[fill],
+                Attrs::new().and(key::SHAPE, shape),
+            )?;
+            let last = ms.len() - 1;
+            mask = cx.op(Op::Concat, &[mask, pad], Attrs::new().and(key::AXIS, last))?;
+        }
+        attrs = attrs.and(key::MASK_KIND, if boolean { "boolean" } else { "additive" });
+        operands.push(mask);
+    }
+    let mut y = cx.op(Op::Attention, &operands, attrs)?;
+    if three_d {
+        let s = cx.shape_of(y);
+        y = cx.op(
+            Op::Permute,
+            &[y],
+            Attrs::new().and(key::PERM, vec![0, 2, 1, 3]),
+        )?;
+        y = cx.op(
+            Op::Reshape,
+            &[y],
+            Attrs::new().and(key::SHAPE, vec![s[0], s[2], s[1] * s[3]]),
+        )?;
+    }
+    let mut out = vec![Some(Val::Dynamic {
+        id: y,
+        elem: Elem::Float,
+    })];
+    for id in present {
+        out.push(Some(Val::Dynamic {
+            id,
+            elem: Elem::Float,
+        }));
+    }
+    Ok(out)
+}
+
+/// `[B, S, H·D]` → `[B, H, S, D]`.
+fn split_heads(cx: &mut Importer, x: ValueId, heads: usize) -> Result<ValueId, Problem> {
+    let s = cx.shape_of(x);
+    if heads == 0 || s.len() != 3 || !s[2].is_multiple_of(heads) {
+        return Err(Problem::invalid(format!(
+            "{heads} heads for a 3-D operand {s:?}"
+        )));
+    }
+    let y = cx.op(
+        Op::Reshape,
+        &[x],
+        Attrs::new().and(key::SHAPE, vec![s[0], s[1], heads, s[2] / heads]),
+    )?;
+    cx.op(
+        Op::Permute,
+        &[y],
+        Attrs::new().and(key::PERM, vec![0, 2, 1, 3]),
+    )
+}
+
+/// `[B, H, S, D]` tiled `group` times along the heads, as ONNX's grouped-query attention does
+/// (query head `h` reads key and value head `h mod H`).
+fn repeat_heads(cx: &mut Importer, x: ValueId, group: usize) -> Result<ValueId, Problem> {
+    if group == 1 {
+        return Ok(x);
+    }
+    let s = cx.shape_of(x);
+    let y = cx.op(
+        Op::Reshape,
+        &[x],
+        Attrs::new().and(key::SHAPE, vec![s[0], 1, s[1], s[2], s[3]]),
+    )?;
+    let y = cx.op(
+        Op::BroadcastTo,
+        &[y],
+        Attrs::new().and(key::SHAPE, vec![s[0], group, s[1], s[2], s[3]]),
+    )?;
+    cx.op(
+        Op::Reshape,
+        &[y],
+        Attrs::new().and(key::SHAPE, vec![s[0], s[1] * group, s[2], s[3]]),
+    )
 }
