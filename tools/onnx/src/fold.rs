@@ -27,16 +27,25 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
                 .tensor("value")?
                 .unwrap_or_else(|| Literal::new(Elem::Float, vec![1], vec![0.0]));
             let v = value.data.first().copied().unwrap_or(0.0);
-            let n = shape.iter().product();
+            let n = element_count(&shape)?;
             Literal::new(value.elem, shape, vec![v; n])
         }
         "Range" => {
             let (start, limit, delta) = (lit(0)?, lit(1)?, lit(2)?);
-            let (s, l, d) = (start.data[0], limit.data[0], delta.data[0]);
-            if d == 0.0 {
-                return Err(Problem::invalid("Range with delta 0"));
+            let first = |l: &Literal| {
+                l.data
+                    .first()
+                    .copied()
+                    .ok_or_else(|| Problem::invalid("Range's operands must be scalars"))
+            };
+            let (s, l, d) = (first(start)?, first(limit)?, first(delta)?);
+            if d == 0.0 || !(s.is_finite() && l.is_finite() && d.is_finite()) {
+                return Err(Problem::invalid(
+                    "Range needs finite bounds and a non-zero delta",
+                ));
             }
             let n = ((l - s) / d).ceil().max(0.0) as usize;
+            element_count(&[n])?;
             Literal::new(
                 start.elem,
                 vec![n],
@@ -68,7 +77,7 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
                     let mut idx = idx.to_vec();
                     idx[a] = s + idx[a] * step;
                     idx
-                });
+                })?;
             }
             v
         }
@@ -80,7 +89,7 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
                 .map(|&d| d.max(0) as usize)
                 .collect();
             let shape = broadcast(&x.shape, &target)?;
-            broadcast_to(x, &shape)
+            broadcast_to(x, &shape)?
         }
         "Add" | "Sub" | "Mul" | "Div" | "Equal" | "Less" | "Greater" | "LessOrEqual"
         | "GreaterOrEqual" | "And" | "Or" | "Max" | "Min" | "Mod"
@@ -133,7 +142,7 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
                 return Err(Problem::invalid("integer division by zero"));
             }
             let shape = broadcast(&a.shape, &b.shape)?;
-            let (a, b) = (broadcast_to(a, &shape), broadcast_to(b, &shape));
+            let (a, b) = (broadcast_to(a, &shape)?, broadcast_to(b, &shape)?);
             let data = a.data.iter().zip(&b.data).map(|(&x, &y)| f(x, y)).collect();
             Literal::new(elem, shape, data)
         }
@@ -160,9 +169,9 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
             let (c, a, b) = (lit(0)?, lit(1)?, lit(2)?);
             let shape = broadcast(&broadcast(&c.shape, &a.shape)?, &b.shape)?;
             let (c, a2, b2) = (
-                broadcast_to(c, &shape),
-                broadcast_to(a, &shape),
-                broadcast_to(b, &shape),
+                broadcast_to(c, &shape)?,
+                broadcast_to(a, &shape)?,
+                broadcast_to(b, &shape)?,
             );
             let data = (0..c.data.len())
                 .map(|i| {
@@ -249,15 +258,36 @@ fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 }
 
 /// A literal of `shape` whose element at `idx` is `x`'s element at `source(idx)`.
-fn relayout(x: &Literal, shape: Vec<usize>, source: impl Fn(&[usize]) -> Vec<usize>) -> Literal {
-    let n = shape.iter().product();
+fn relayout(
+    x: &Literal,
+    shape: Vec<usize>,
+    source: impl Fn(&[usize]) -> Vec<usize>,
+) -> Result<Literal, Problem> {
+    let n = element_count(&shape)?;
     let data = (0..n)
         .map(|i| x.data[ravel(&source(&unravel(i, &shape)), &x.shape)])
         .collect();
-    Literal::new(x.elem, shape, data)
+    Ok(Literal::new(x.elem, shape, data))
 }
 
-fn broadcast_to(x: &Literal, shape: &[usize]) -> Literal {
+/// The most elements a folded value may have (2²⁶): folding is for shapes and small constants,
+/// and a malformed model must not make the importer allocate without bound.
+const MAX_FOLDED: usize = 1 << 26;
+
+/// The element count of a folded value's shape, refused past [`MAX_FOLDED`].
+fn element_count(shape: &[usize]) -> Result<usize, Problem> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= MAX_FOLDED)
+        .ok_or_else(|| {
+            Problem::unsupported(format!(
+                "a value of shape {shape:?} computed at import time (more than {MAX_FOLDED} elements)"
+            ))
+        })
+}
+
+fn broadcast_to(x: &Literal, shape: &[usize]) -> Result<Literal, Problem> {
     let offset = shape.len() - x.rank();
     relayout(x, shape.to_vec(), |idx| {
         idx[offset..]
@@ -336,7 +366,7 @@ fn gather(args: &Args, data: &Literal, indices: &Literal) -> Result<Literal, Pro
         .chain(&data.shape[a + 1..])
         .copied()
         .collect();
-    Ok(relayout(data, shape, |idx| {
+    relayout(data, shape, |idx| {
         let which = ravel(&idx[a..a + k], &indices.shape);
         idx[..a]
             .iter()
@@ -344,5 +374,5 @@ fn gather(args: &Args, data: &Literal, indices: &Literal) -> Result<Literal, Pro
             .chain(std::iter::once(ind[which]))
             .chain(idx[a + k..].iter().copied())
             .collect()
-    }))
+    })
 }

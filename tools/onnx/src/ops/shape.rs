@@ -233,7 +233,10 @@ pub fn reshape_target(
             d => return Err(Problem::invalid(format!("shape entry {d}"))),
         }
     }
-    let known: usize = out.iter().product();
+    let known = out
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Problem::invalid(format!("shape {spec:?} overflows")))?;
     if let Some(i) = infer {
         if known == 0 || !numel.is_multiple_of(known) {
             return Err(Problem::invalid(format!(
@@ -548,7 +551,7 @@ fn depth_space(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Prob
     let v = cx.value(x)?;
     let s = cx.shape_of(v);
     let b = args.attrs.int("blocksize", 0);
-    if s.len() != 4 || b < 1 {
+    if s.len() != 4 || b < 1 || b as usize > s[2].max(s[3]).max(s[1]) {
         return Err(Problem::unsupported(format!(
             "{op} of {s:?} with blocksize {b}"
         )));
