@@ -308,6 +308,14 @@ impl Importer {
             outputs: node.output.len(),
         };
         let results = crate::ops::translate(self, &op, &args).map_err(&fail)?;
+        let mismatched = attrs.mismatched();
+        if !mismatched.is_empty() {
+            return Err(fail(Problem::invalid(format!(
+                "attribute{} of the wrong kind: {}",
+                if mismatched.len() > 1 { "s" } else { "" },
+                mismatched.join(", ")
+            ))));
+        }
         let unread = attrs.unread();
         if !unread.is_empty() {
             return Err(fail(Problem::unsupported(format!(

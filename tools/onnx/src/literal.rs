@@ -68,15 +68,23 @@ pub mod dtype {
     }
 }
 
-/// The class of a value of ONNX dtype `code` that flows at run time: only float, int32, int64
-/// and bool have a sinter dtype (`double`, `float16` and the narrow integers do not).
+/// The class of a value of ONNX dtype `code` that flows at run time: floats are f32 (`double`,
+/// `float16` and `bfloat16` would change precision, so they are refused), integers of every
+/// width are i32 (their values must fit, which feeding checks), booleans f32 0/1.
 pub fn runtime_elem(code: i32) -> Result<Elem, String> {
     match code {
         dtype::FLOAT => Ok(Elem::Float),
-        dtype::INT32 | dtype::INT64 => Ok(Elem::Int),
+        dtype::INT8
+        | dtype::INT16
+        | dtype::INT32
+        | dtype::INT64
+        | dtype::UINT8
+        | dtype::UINT16
+        | dtype::UINT32
+        | dtype::UINT64 => Ok(Elem::Int),
         dtype::BOOL => Ok(Elem::Bool),
         other => Err(format!(
-            "dtype {} (sinter computes in f32 and i32; float, int32, int64 and bool values are \
+            "dtype {} (sinter computes in f32 and i32: float, integer and bool values are \
              imported)",
             dtype::name(other)
         )),

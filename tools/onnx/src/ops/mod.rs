@@ -136,7 +136,6 @@ fn unsupported_reason(op: &str) -> String {
         | "Col2Im"
         | "CenterCropPad"
         | "DeformConv"
-        | "LpPool"
         | "QuantizeLinear"
         | "DequantizeLinear"
         | "QLinearConv"

@@ -18,7 +18,21 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
         "Gemm" => gemm(cx, args)?,
         "Conv" => conv(cx, args)?,
         "ConvTranspose" => conv_transpose(cx, args)?,
-        "MaxPool" | "AveragePool" => pool(cx, op, args)?,
+        "MaxPool" | "AveragePool" | "LpPool" => pool(cx, op, args)?,
+        "LpNormalization" => {
+            // x / ‖x‖ₚ along `axis` (p = 1 or 2)
+            let x = f32_value(cx, args.input(0)?)?;
+            let rank = cx.shape_of(x).len();
+            let a = axis(args.attrs.int("axis", -1), rank, "axis")?;
+            let p = args.attrs.int_in("p", 2, &[1, 2])?;
+            let m = unary(cx, if p == 1 { Op::Abs } else { Op::Square }, x)?;
+            let keep = Attrs::new().and(key::AXES, vec![a]).and(key::KEEPDIM, true);
+            let mut norm = cx.op(Op::Sum, &[m], keep)?;
+            if p == 2 {
+                norm = unary(cx, Op::Sqrt, norm)?;
+            }
+            float(binary(cx, Op::Div, x, norm)?)?
+        }
         "GlobalAveragePool" | "GlobalMaxPool" => {
             let x = f32_value(cx, args.input(0)?)?;
             let rank = cx.shape_of(x).len();
@@ -386,6 +400,17 @@ fn pool(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
         .and(key::PADDING, lifted_pair(&win.pad, lifted, 0));
     let y = if op == "MaxPool" {
         cx.op(Op::MaxPool2d, &[x4], attrs)?
+    } else if op == "LpPool" {
+        // (Σ |x|ᵖ)^(1/p) over each window, padding counting 0
+        let p = args.attrs.int("p", 2).max(1) as f64;
+        let ax = unary(cx, Op::Abs, x4)?;
+        let pc = cx.scalar(p)?;
+        let powered = binary(cx, Op::Pow, ax, pc)?;
+        let mean = cx.op(Op::AvgPool2d, &[powered], attrs)?;
+        let count = cx.scalar(kernel.iter().product::<usize>() as f64)?;
+        let sum = binary(cx, Op::Mul, mean, count)?;
+        let inv = cx.scalar(1.0 / p)?;
+        binary(cx, Op::Pow, sum, inv)?
     } else {
         let sum_like = cx.op(Op::AvgPool2d, &[x4], attrs.clone())?;
         let include_pad = args.attrs.int("count_include_pad", 0) != 0;
