@@ -217,24 +217,12 @@ fn constant(args: &Args) -> Result<Literal, Problem> {
 }
 
 fn cast(x: &Literal, to: i32) -> Result<Literal, Problem> {
-    use crate::literal::dtype;
-    let (elem, f): (Elem, fn(f64) -> f64) = match to {
-        dtype::FLOAT | dtype::DOUBLE | dtype::FLOAT16 => (Elem::Float, |v| v),
-        dtype::INT8
-        | dtype::INT16
-        | dtype::INT32
-        | dtype::INT64
-        | dtype::UINT8
-        | dtype::UINT16
-        | dtype::UINT32
-        | dtype::UINT64 => (Elem::Int, f64::trunc),
-        dtype::BOOL => (Elem::Bool, |v| f64::from(u8::from(v != 0.0))),
-        other => {
-            return Err(Problem::unsupported(format!(
-                "cast to {}",
-                dtype::name(other)
-            )));
-        }
+    let elem =
+        crate::literal::literal_elem(to).map_err(|e| Problem::unsupported(format!("cast: {e}")))?;
+    let f: fn(f64) -> f64 = match elem {
+        Elem::Float => |v| v,
+        Elem::Int => f64::trunc,
+        Elem::Bool => |v| f64::from(u8::from(v != 0.0)),
     };
     Ok(Literal::new(
         elem,

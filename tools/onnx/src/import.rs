@@ -308,21 +308,19 @@ impl Importer {
             outputs: node.output.len(),
         };
         let results = crate::ops::translate(self, &op, &args).map_err(&fail)?;
+        let listed = |names: &[String]| {
+            let s = if names.len() > 1 { "s" } else { "" };
+            format!("attribute{s} {}", names.join(", "))
+        };
         let mismatched = attrs.mismatched();
         if !mismatched.is_empty() {
-            return Err(fail(Problem::invalid(format!(
-                "attribute{} of the wrong kind: {}",
-                if mismatched.len() > 1 { "s" } else { "" },
-                mismatched.join(", ")
-            ))));
+            let message = format!("{} of the wrong kind", listed(&mismatched));
+            return Err(fail(Problem::invalid(message)));
         }
         let unread = attrs.unread();
         if !unread.is_empty() {
-            return Err(fail(Problem::unsupported(format!(
-                "attribute{} {} (not read by sinter's translation)",
-                if unread.len() > 1 { "s" } else { "" },
-                unread.join(", ")
-            ))));
+            let message = format!("{} (not read by sinter's translation)", listed(&unread));
+            return Err(fail(Problem::unsupported(message)));
         }
         for (i, name) in node.output.iter().enumerate() {
             if name.is_empty() {

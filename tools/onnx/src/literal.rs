@@ -72,28 +72,18 @@ pub mod dtype {
 /// `float16` and `bfloat16` would change precision, so they are refused), integers of every
 /// width are i32 (their values must fit, which feeding checks), booleans f32 0/1.
 pub fn runtime_elem(code: i32) -> Result<Elem, String> {
-    match code {
-        dtype::FLOAT => Ok(Elem::Float),
-        dtype::INT8
-        | dtype::INT16
-        | dtype::INT32
-        | dtype::INT64
-        | dtype::UINT8
-        | dtype::UINT16
-        | dtype::UINT32
-        | dtype::UINT64 => Ok(Elem::Int),
-        dtype::BOOL => Ok(Elem::Bool),
-        other => Err(format!(
-            "dtype {} (sinter computes in f32 and i32: float, integer and bool values are \
-             imported)",
-            dtype::name(other)
+    match literal_elem(code) {
+        Ok(Elem::Float) if code != dtype::FLOAT => Err(format!(
+            "dtype {} (sinter computes in f32: a float input must be float32)",
+            dtype::name(code)
         )),
+        other => other,
     }
 }
 
 /// The class of a constant of ONNX dtype `code`: any real number type can be read at import
 /// time (a double or float16 constant is rounded to f32 when it must exist at run time).
-fn literal_elem(code: i32) -> Result<Elem, String> {
+pub(crate) fn literal_elem(code: i32) -> Result<Elem, String> {
     match code {
         dtype::FLOAT | dtype::DOUBLE | dtype::FLOAT16 | dtype::BFLOAT16 => Ok(Elem::Float),
         dtype::UINT8
