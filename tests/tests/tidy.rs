@@ -201,6 +201,11 @@ fn crate_dependencies_follow_the_layout() {
             &["wgpu", "sinter-runtime"],
             "the compiler emits artifacts, it does not run them",
         ),
+        (
+            "tools/onnx",
+            &["sinter-compiler", "sinter-runtime", "egg", "naga", "wgpu"],
+            "the ONNX importer is a front end: it produces graphs, it neither compiles nor runs them",
+        ),
     ];
     let mut broken = Vec::new();
     // the runtime links the IR crate only behind its `interp` feature (for tests and tools)
@@ -238,6 +243,7 @@ fn only_the_native_layer_touches_files() {
         "ir-spec/artifact/src",
         "compiler/src",
         "runtime/src",
+        "tools/onnx/src",
     ] {
         rust_files(&repo().join(dir), &mut files);
     }
@@ -404,6 +410,7 @@ fn element_sizes_only_through_dtype() {
         "compiler/src",
         "runtime/src",
         "tools/src",
+        "tools/onnx/src",
     ] {
         rust_files(&repo().join(dir), &mut files);
     }

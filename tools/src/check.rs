@@ -10,15 +10,18 @@ use crate::program;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The program to check.
+    /// The program to check (.sir), or an ONNX model (.onnx) to import and check.
     file: PathBuf,
+    /// For an ONNX model: fix a dynamic dimension, e.g. `--dim batch=8` (repeat for each).
+    #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = crate::program::parse_dim)]
+    dims: Vec<crate::program::Dim>,
     /// Also list the values the parser named itself (`_N`, from nested calls and literals).
     #[arg(long)]
     all: bool,
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
-    let graph = program::load(&args.file)?;
+    let graph = program::load_program(&args.file, &args.dims)?.graph;
     crate::console::print(&listing(&graph, args.all))
 }
 

@@ -16,8 +16,12 @@ use crate::{console, program};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The program to compile.
+    /// The program to compile (.sir), or an ONNX model (.onnx), whose weights the artifact then
+    /// carries as initial values.
     file: PathBuf,
+    /// For an ONNX model: fix a dynamic dimension, e.g. `--dim batch=8` (repeat for each).
+    #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = program::parse_dim)]
+    dims: Vec<program::Dim>,
     /// Where to write the artifact.
     #[arg(short, long, value_name = "FILE.sart")]
     output: PathBuf,
@@ -48,7 +52,8 @@ fn pass_names() -> PossibleValuesParser {
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
-    let graph = program::load(&args.file)?;
+    let program = program::load_program(&args.file, &args.dims)?;
+    let graph = program.graph;
     let dump_after = Pass::ALL
         .into_iter()
         .filter(|p| {
@@ -91,7 +96,8 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             std::fs::write(&path, text).map_err(|source| CliError::WriteFile { path, source })?;
         }
     }
-    let artifact = compiled.artifact;
+    let mut artifact = compiled.artifact;
+    crate::import::embed_weights(&mut artifact, &program.weights);
     std::fs::write(&args.output, artifact.to_bytes()).map_err(|source| CliError::WriteFile {
         path: args.output.clone(),
         source,

@@ -72,6 +72,13 @@ pub enum CliError {
         since: u64,
         saved: bool,
     },
+    /// An ONNX model that cannot be imported (unsupported op, attribute or dtype; open
+    /// dimensions; a malformed file).
+    #[error("{}: {source}", path.display())]
+    Import {
+        path: PathBuf,
+        source: sinter_onnx::ImportError,
+    },
     /// An argument value clap cannot check by itself (e.g. a kernel name that the artifact
     /// lacks).
     #[error("{0}")]
@@ -81,7 +88,10 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Program { .. } | CliError::Autodiff(_) | CliError::Compile(_) => EXIT_PROGRAM,
+            CliError::Program { .. }
+            | CliError::Autodiff(_)
+            | CliError::Compile(_)
+            | CliError::Import { .. } => EXIT_PROGRAM,
             // The interpreter cannot run ops that a compiler pass must rewrite first (`grad`), nor
             // an ill-typed node: both are properties of the program.
             CliError::Eval(EvalError::NeedsPass { .. } | EvalError::Type { .. }) => EXIT_PROGRAM,

@@ -11,6 +11,7 @@ mod console;
 mod error;
 mod eval;
 mod feeds;
+mod import;
 mod inspect;
 mod outputs;
 mod program;
@@ -50,6 +51,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Train: run a training program step after step over a data set of .npy files.
     Train(Box<train::Args>),
+    /// Import an ONNX model: write it as a .sir program and its weights as safetensors.
+    Import(import::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Train(args) => train::run(&args),
+        Command::Import(args) => import::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,3 +47,19 @@ pub fn ok<S: AsRef<OsStr>>(args: &[S]) -> Run {
     );
     run
 }
+
+/// A model of `tools/onnx/models/`.
+pub fn onnx_model(file: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("onnx/models")
+        .join(file)
+}
+
+/// The values of an f32 `.npy` file.
+pub fn floats(path: &std::path::Path) -> Vec<f32> {
+    use sinter_runtime::io::{TensorData, read_npy};
+    match read_npy(path).expect("an npy file").data {
+        TensorData::F32(v) => v,
+        TensorData::I32(_) => panic!("{} holds i32", path.display()),
+    }
+}
