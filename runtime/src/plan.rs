@@ -67,9 +67,11 @@ pub(crate) struct Plan {
 /// units, and names address tensors.
 pub(crate) fn check(a: &Artifact) -> Result<(), ArtifactError> {
     let bad = |m: String| Err(ArtifactError::Inconsistent(m));
+    // An output may carry the name of an input, param or state (`output x` of an input `x`):
+    // names are unique among outputs and among the rest.
     let mut names = HashSet::new();
     for t in &a.tensors {
-        if !names.insert(t.name.as_str()) {
+        if !names.insert((t.role == Role::Output, t.name.as_str())) {
             return bad(format!("tensor `{}` appears twice in the manifest", t.name));
         }
         if t.offset % WORD_BYTES != 0 {

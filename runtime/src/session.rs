@@ -479,11 +479,10 @@ impl Session {
     /// The outputs named in `read`, in manifest order, packed back to back.
     fn output_packing(&self, read: &[&str]) -> Result<Packing, RuntimeError> {
         for &name in read {
-            let slot = self.artifact.tensors.iter().find(|s| s.name == name);
-            if slot.is_none_or(|s| s.role != Role::Output) {
+            if self.slot(name, |r| r == Role::Output).is_none() {
                 return Err(RuntimeError::UnknownOutput {
                     name: name.to_string(),
-                    role: slot.map(|s| s.role),
+                    role: self.slot(name, |_| true).map(|s| s.role),
                     outputs: self.outputs().map(|s| s.name.clone()).collect(),
                 });
             }
@@ -491,7 +490,7 @@ impl Session {
         let mut packing = Packing::default();
         for &(i, _) in &self.plan.outputs.slots {
             let t = &self.artifact.tensors[i];
-            if read.contains(&t.name.as_str()) {
+            if t.role == Role::Output && read.contains(&t.name.as_str()) {
                 packing.slots.push((i, packing.bytes));
                 packing.bytes += t.size_bytes();
             }
@@ -518,11 +517,10 @@ impl Session {
     ) -> Result<Vec<u8>, RuntimeError> {
         let mut given: HashMap<&str, &HostTensor> = HashMap::new();
         for &(name, t) in inputs {
-            let slot = self.artifact.tensors.iter().find(|s| s.name == name);
-            if slot.is_none_or(|s| s.role != Role::Input) {
+            if self.slot(name, |r| r == Role::Input).is_none() {
                 return Err(RuntimeError::UnknownInput {
                     name: name.to_string(),
-                    role: slot.map(|s| s.role),
+                    role: self.slot(name, |_| true).map(|s| s.role),
                     inputs: self.inputs().map(|s| s.name.clone()).collect(),
                 });
             }
@@ -784,8 +782,22 @@ impl Session {
         }
     }
 
+    /// The manifest's tensor `name` whose role `role` accepts (an output may share its name
+    /// with an input, param or state).
+    fn slot(&self, name: &str, role: impl Fn(Role) -> bool) -> Option<&TensorSlot> {
+        self.artifact
+            .tensors
+            .iter()
+            .find(|s| s.name == name && role(s.role))
+    }
+
     fn persistent_slot(&self, name: &str) -> Result<usize, RuntimeError> {
-        let found = self.artifact.tensors.iter().position(|s| s.name == name);
+        let found = self
+            .artifact
+            .tensors
+            .iter()
+            .position(|s| s.name == name && s.role != Role::Output)
+            .or_else(|| self.artifact.tensors.iter().position(|s| s.name == name));
         match found.map(|i| (i, self.artifact.tensors[i].role)) {
             Some((i, Role::Param | Role::State)) => Ok(i),
             other => Err(RuntimeError::UnknownWeight {

@@ -668,3 +668,20 @@ fn matmul_split_k_by_default() {
     );
     sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
 }
+
+/// An output that is an input, param or state itself (an ONNX `Identity` graph, a training
+/// program that also reports a weight) shares its name with that tensor in the manifest: the
+/// runtime tells them apart by role, and the output is the value at the start of the run.
+#[test]
+fn outputs_that_are_inputs_params_or_states() {
+    let src = "graph t {
+  input x: f32[3, 2]
+  param p: f32[4] = normal(seed=5)
+  state s: f32[2] = ones
+  y = add(x, s)
+  assign s = mul(s, 2)
+  output x, p, s, y
+}
+";
+    check_gpu(src, EXACTISH, &[], 1);
+}
