@@ -4,7 +4,8 @@
 //! of `vec4<u32>`, read through `p(i)`), bindings 1.. are the arenas the kernel touches
 //! (`array<f32>`; i32 values are stored as bit patterns). A kernel that loads quads also binds
 //! such an arena a second time as `array<vec4<f32>>` (`arena{i}q`), only for reads at
-//! addresses that are multiples of 4 by construction. The body reads every extent, stride
+//! addresses that are multiples of 4 by construction, unless `Options::quad_aliases` is off
+//! (artifacts for browsers, where WebGPU forbids binding one buffer twice in a dispatch). The body reads every extent, stride
 //! and offset from the param block, so the text depends only on the plan's structure and
 //! identical kernels are shared between dispatches.
 //!
