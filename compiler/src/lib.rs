@@ -90,6 +90,11 @@ pub struct Options {
     pub dot: bool,
     /// Which attention kernels the optimizer may choose (`--attention`).
     pub attention: optimize::AttentionPolicy,
+    /// Let a kernel bind an arena a second time as `array<vec4<f32>>` for 16-byte loads and
+    /// stores (faster matmuls). WebGPU in a browser forbids binding one buffer twice in a
+    /// dispatch when either binding is writable, so artifacts for browsers turn this off
+    /// (`sinter compile --browser`); the runtime refuses such an artifact there with that hint.
+    pub quad_aliases: bool,
 }
 
 impl Default for Options {
@@ -102,6 +107,7 @@ impl Default for Options {
             optimize: true,
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
+            quad_aliases: true,
         }
     }
 }
@@ -195,7 +201,7 @@ fn run_passes(
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let mut artifact = pack(&kgraph, &sched, &mem)?;
+    let mut artifact = pack(&kgraph, &sched, &mem, options.quad_aliases)?;
     for slot in &mut artifact.tensors {
         if let (Some(c), Role::Input | Role::Param | Role::State) =
             (contracts.get(&slot.name), slot.role)
@@ -229,7 +235,7 @@ pub fn compile_kernel_graph(
 ) -> Result<Artifact, CompileError> {
     let sched = schedule::lower(kgraph, HashMap::new(), options)?;
     let mem = memory::plan(&sched, options.max_binding_size)?;
-    pack(kgraph, &sched, &mem)
+    pack(kgraph, &sched, &mem, options.quad_aliases)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
@@ -327,6 +333,7 @@ fn pack(
     graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
+    quad_aliases: bool,
 ) -> Result<Artifact, CompileError> {
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
@@ -340,7 +347,7 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem)?;
+        let src = codegen::emit(&step.plan, mem, quad_aliases)?;
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];

@@ -138,9 +138,24 @@ pub fn loop_limit(info: &wgpu::AdapterInfo) -> Option<u64> {
     (llvmpipe(&info.name) || llvmpipe(&info.driver)).then_some(65535)
 }
 
+/// The adapter's name for messages. Browsers often keep it empty (WebGPU's `description` may
+/// be withheld for privacy); then the backend stands in, so that an error never names ``.
+pub fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    if info.name.trim().is_empty() {
+        format!("{} adapter", info.backend)
+    } else {
+        info.name.clone()
+    }
+}
+
 /// One line about an adapter: name, backend, kind and driver (for `sinter run --verbose`).
 pub fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
-    let mut s = format!("{} ({}, {:?}", info.name, info.backend, info.device_type);
+    let mut s = format!(
+        "{} ({}, {:?}",
+        adapter_name(info),
+        info.backend,
+        info.device_type
+    );
     if !info.driver.is_empty() {
         s.push_str(&format!("; driver {}", info.driver));
         if !info.driver_info.is_empty() {
@@ -200,7 +215,11 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 }
 
 fn no_adapter_hint() -> &'static str {
-    if cfg!(target_os = "linux") {
+    if cfg!(target_arch = "wasm32") {
+        "this page has no WebGPU (`navigator.gpu` is missing or gave no adapter): use a browser \
+         with WebGPU turned on (Chrome or Edge 113+; Chromium on Linux needs \
+         --enable-unsafe-webgpu), over https or localhost"
+    } else if cfg!(target_os = "linux") {
         "install a Vulkan driver; without a GPU, install Mesa's software Vulkan driver: \
          apt-get install mesa-vulkan-drivers libvulkan1"
     } else if cfg!(target_os = "macos") {
@@ -231,6 +250,7 @@ impl Gpu {
                     .map(|(name, _)| name.to_lowercase())
                     .collect::<Vec<_>>()
                     .join(", "),
+                None if cfg!(target_arch = "wasm32") => "webgpu".to_string(),
                 None => "vulkan, metal, dx12, gl".to_string(),
             };
             return Err(RuntimeError::NoAdapter {
@@ -259,7 +279,7 @@ impl Gpu {
             }
         }
         .expect("adapters is not empty");
-        let name = adapter.get_info().name;
+        let name = adapter_name(&adapter.get_info());
 
         let mut features = wgpu::Features::empty();
         for f in &requirements.features {

@@ -57,6 +57,12 @@ pub enum RuntimeError {
         limit: u64,
         adapter: String,
     },
+    #[error(
+        "kernel `{kernel}` binds arena {arena} twice in one dispatch (as scalars and as vec4 \
+         quads), which WebGPU in a browser forbids; compile the program for browsers: \
+         sinter compile --browser"
+    )]
+    AliasedArena { kernel: String, arena: u32 },
     #[error("kernel `{kernel}` failed to build: {message}")]
     Shader { kernel: String, message: String },
     #[error("the GPU reported an error while {during}: {message}")]

@@ -32,9 +32,11 @@
 //! **Architecture Invariant:** the runtime never links the compiler; it knows the artifact
 //! schema (`sinter_artifact::artifact`) and nothing of the IR's ops.
 //!
-//! **Architecture Invariant:** only `native.rs` (blocking wrappers, files) and the native half of
-//! `readback.rs` (`device.poll`) block or touch the file
-//! system; the core is async, for WebGPU in a browser later.
+//! **Architecture Invariant:** only `native.rs` (blocking wrappers, files), the native half of
+//! `readback.rs` (`device.poll`) and the native pipeline threads of `session.rs` block or touch
+//! the file system; the core is async and builds for `wasm32-unknown-unknown`, where nothing
+//! blocks (pollster is not even linked) and wgpu runs on the browser's WebGPU (crate
+//! `sinter-web` under `runtime/web` is its JavaScript API).
 
 pub mod io;
 
@@ -47,7 +49,7 @@ pub mod profile;
 mod readback;
 pub mod session;
 
-pub use device::{AdapterChoice, Gpu, describe_adapter, list_adapters};
+pub use device::{AdapterChoice, Gpu, adapter_name, describe_adapter, list_adapters};
 pub use error::RuntimeError;
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{available_adapters, read_artifact};

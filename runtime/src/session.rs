@@ -138,6 +138,9 @@ impl Session {
         limits.extend(Plan::new(&artifact, MAX_UNIFORM_ALIGN).limits(&artifact));
         let wants_subgroups = artifact.kernels.iter().any(|k| k.subgroup_wgsl.is_some());
         let gpu = Gpu::request(choice, &artifact.requirements, &limits, wants_subgroups).await?;
+        if gpu.adapter_info().backend == wgpu::Backend::BrowserWebGpu {
+            check_no_aliased_arenas(&artifact)?;
+        }
         if let Some(limit) = gpu.loop_limit() {
             let over = artifact
                 .dispatches
@@ -907,6 +910,27 @@ fn create_layout(
         immediate_size: 0,
     });
     (bind, pipeline)
+}
+
+/// WebGPU in a browser refuses a dispatch that binds one buffer twice when either binding is
+/// writable (native wgpu allows it): artifacts whose matmuls read an arena through a second
+/// `vec4` binding need `sinter compile --browser` there.
+fn check_no_aliased_arenas(artifact: &Artifact) -> Result<(), RuntimeError> {
+    for d in &artifact.dispatches {
+        let twice = d
+            .arenas
+            .iter()
+            .enumerate()
+            .find(|&(i, a)| d.arenas[..i].contains(a));
+        if let Some((_, &arena)) = twice {
+            let kernel = artifact.kernels.get(d.kernel as usize);
+            return Err(RuntimeError::AliasedArena {
+                kernel: kernel.map_or_else(|| format!("#{}", d.kernel), |k| k.name.clone()),
+                arena,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Creates the pipelines of `jobs`, each with the error it raised. Natively on several threads

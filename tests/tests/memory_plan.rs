@@ -1,5 +1,6 @@
 //! The memory plan on every bundled example: peak within 1.15x of the lower bound (the largest
-//! total of simultaneously live bytes), and no two simultaneously live buffers overlapping.
+//! total of simultaneously live bytes), and no two simultaneously live buffers overlapping; and
+//! the bindings of artifacts for browsers: no arena bound twice in a dispatch.
 
 use sinter_compiler::{Options, compile};
 
@@ -29,6 +30,43 @@ fn peak_is_near_the_lower_bound_and_live_buffers_never_overlap() {
             &format!("{name} with gradients"),
             &sinter_tests::with_param_grads(&src),
         );
+    }
+}
+
+/// WebGPU in a browser refuses a dispatch that binds one buffer twice (see
+/// `Options::quad_aliases`); natively the matmuls of `mlp` do, for 16-byte loads.
+#[test]
+fn artifacts_for_browsers_bind_no_arena_twice() {
+    let twice = |artifact: &sinter_ir::artifact::Artifact| {
+        artifact.dispatches.iter().any(|d| {
+            let mut arenas = d.arenas.clone();
+            arenas.sort_unstable();
+            arenas.windows(2).any(|w| w[0] == w[1])
+        })
+    };
+    let browser = Options {
+        quad_aliases: false,
+        ..Options::default()
+    };
+    for (name, src) in examples() {
+        let graph =
+            sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render(&name, &src)));
+        let artifact = compile(&graph, &browser)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .artifact;
+        assert!(
+            !twice(&artifact),
+            "{name}: an arena is bound twice with quad aliases off"
+        );
+        if name == "mlp" {
+            let native = compile(&graph, &Options::default())
+                .expect("compiles")
+                .artifact;
+            assert!(
+                twice(&native),
+                "mlp natively: expected a vec4 alias binding"
+            );
+        }
     }
 }
 

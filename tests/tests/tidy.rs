@@ -148,7 +148,8 @@ fn string_literals(text: &str) -> Vec<String> {
     out
 }
 
-/// The names under `[dependencies]` of a Cargo.toml.
+/// The names under `[dependencies]` of a Cargo.toml, and under every target's
+/// `[target.'cfg(…)'.dependencies]`.
 fn dependencies(manifest: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(manifest).expect("Cargo.toml");
     let mut in_deps = false;
@@ -156,7 +157,8 @@ fn dependencies(manifest: &Path) -> Vec<String> {
     for line in text.lines() {
         let line = line.trim();
         if line.starts_with('[') {
-            in_deps = line == "[dependencies]";
+            in_deps = line == "[dependencies]"
+                || (line.starts_with("[target.") && line.ends_with(".dependencies]"));
             continue;
         }
         if in_deps
@@ -195,6 +197,18 @@ fn crate_dependencies_follow_the_layout() {
                 "sinter-runtime",
             ],
             "the artifact schema is all a runtime needs: no front end, no GPU crate",
+        ),
+        (
+            "runtime/web",
+            &[
+                "sinter-ir",
+                "sinter-compiler",
+                "codespan-reporting",
+                "egg",
+                "naga",
+            ],
+            "the browser runtime links the runtime and the artifact schema, never the compiler \
+             or the IR's front end",
         ),
         (
             "compiler",
@@ -244,6 +258,7 @@ fn only_the_native_layer_touches_files() {
         "compiler/src",
         "runtime/src",
         "tools/onnx/src",
+        "runtime/web/src",
     ] {
         rust_files(&repo().join(dir), &mut files);
     }
@@ -409,6 +424,7 @@ fn element_sizes_only_through_dtype() {
         "ir-spec/artifact/src",
         "compiler/src",
         "runtime/src",
+        "runtime/web/src",
         "tools/src",
         "tools/onnx/src",
     ] {

@@ -37,6 +37,10 @@ pub struct Args {
     /// Skip the e-graph optimizer: every primitive becomes its own kernel.
     #[arg(long)]
     no_opt: bool,
+    /// Kernels that WebGPU in a browser accepts: no arena bound twice in one dispatch (natively
+    /// a matmul reads through a second `vec4` binding of its arena, which browsers forbid).
+    #[arg(long)]
+    browser: bool,
     /// Which attention kernels the optimizer may choose: `auto` (flash kernels where the cost
     /// model finds them cheaper), `flash` (wherever an attention is found) or `unfused`.
     #[arg(long, value_enum, default_value_t = Attention::Auto)]
@@ -66,6 +70,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         max_binding_size: args.max_binding_size,
         dump_after,
         optimize: !args.no_opt,
+        quad_aliases: !args.browser,
         dot: args.dot.is_some(),
         attention: args.attention.into(),
         ..Options::default()

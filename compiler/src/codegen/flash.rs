@@ -992,7 +992,7 @@ fn tile_dead_fn(p: &Program, nb: usize) -> String {
     writeln!(s, "fn tile_dead({}) -> bool {{", params.join(", ")).unwrap();
     writeln!(
         s,
-        "    let NEG = bitcast<f32>(0xff800000u);\n    let POS = bitcast<f32>(0x7f800000u);"
+        "    let NEG = f32_bits(0xff800000u);\n    let POS = f32_bits(0x7f800000u);"
     )
     .unwrap();
     let dtypes = p.dtypes();

@@ -447,7 +447,8 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
     let splits = k.partials.shape[0];
     let numel = out.numel();
     let n = out.shape[rank - 1];
-    let quads = n.is_multiple_of(4)
+    let quads = e.quad_aliases()
+        && n.is_multiple_of(4)
         && e.element_start(k.partials.buffer, k.partials.offset)
             .is_multiple_of(4)
         && k.partials.is_contiguous();
@@ -547,7 +548,8 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
 /// multiple of 4). Checked at compile time on the view's offset and strides; otherwise staging
 /// loads scalars.
 fn vec4_loads(e: &Emitter, view: &View, unit: usize, per_thread: u32) -> bool {
-    per_thread.is_multiple_of(4)
+    e.quad_aliases()
+        && per_thread.is_multiple_of(4)
         && view.strides[unit] == 1
         && view.shape[unit] >= 4
         && view.shape[unit].is_multiple_of(4)

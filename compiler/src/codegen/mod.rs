@@ -4,7 +4,8 @@
 //! of `vec4<u32>`, read through `p(i)`), bindings 1.. are the arenas the kernel touches
 //! (`array<f32>`; i32 values are stored as bit patterns). A kernel that loads quads also binds
 //! such an arena a second time as `array<vec4<f32>>` (`arena{i}q`), only for reads at
-//! addresses that are multiples of 4 by construction. The body reads every extent, stride
+//! addresses that are multiples of 4 by construction, unless `Options::quad_aliases` is off
+//! (artifacts for browsers, where WebGPU forbids binding one buffer twice in a dispatch). The body reads every extent, stride
 //! and offset from the param block, so the text depends only on the plan's structure and
 //! identical kernels are shared between dispatches.
 //!
@@ -59,9 +60,15 @@ pub struct KernelSource {
 /// the runtime refuses to run it on lavapipe rather than return a short result.
 pub const LOOP_BUDGET: u64 = 65535;
 
-pub fn emit(plan: &KernelPlan, mem: &MemoryPlan) -> Result<KernelSource, crate::CompileError> {
+/// Writes the WGSL of one kernel; `quad_aliases` as in [`crate::Options::quad_aliases`].
+pub fn emit(
+    plan: &KernelPlan,
+    mem: &MemoryPlan,
+    quad_aliases: bool,
+) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
+        quad_aliases,
         params: Vec::new(),
         arenas: Vec::new(),
         too_large: None,
@@ -100,6 +107,8 @@ pub struct Emitter<'m> {
     address_words: Vec<[u32; 2]>,
     /// Per arena binding: whether it is a `vec4<f32>` alias.
     quads: Vec<bool>,
+    /// Whether `vec4<f32>` aliases may be bound ([`crate::Options::quad_aliases`]).
+    quad_aliases: bool,
     /// The body's form with subgroup operations, when the kernel has one (same params and
     /// bindings as the plain body).
     subgroup_body: Option<String>,
@@ -154,7 +163,13 @@ impl Emitter<'_> {
     /// The WGSL name of a binding of the arena that holds `buffer` as `array<vec4<f32>>`, for
     /// loads of quads at element addresses that are multiples of 4 (index `address >> 2u`).
     pub fn arena_quads(&mut self, buffer: BufferId) -> String {
+        debug_assert!(self.quad_aliases, "quads asked for with quad aliases off");
         format!("arena{}q", self.slot(buffer, true))
+    }
+
+    /// Whether the kernel may bind `vec4<f32>` aliases of arenas (see [`Emitter::arena_quads`]).
+    pub fn quad_aliases(&self) -> bool {
+        self.quad_aliases
     }
 
     /// The element offset in its arena of element `offset` of `buffer` (what [`Emitter::base`]
@@ -380,13 +395,13 @@ pub fn f32_literal(v: f32) -> String {
             format!("{s}f")
         }
     } else {
-        format!("bitcast<f32>({:#010x}u)", v.to_bits())
+        format!("f32_bits({:#010x}u)", v.to_bits())
     }
 }
 
-pub const NAN: &str = "bitcast<f32>(0x7fc00000u)";
-pub const NEG_INF: &str = "bitcast<f32>(0xff800000u)";
-pub const POS_INF: &str = "bitcast<f32>(0x7f800000u)";
+pub const NAN: &str = "f32_bits(0x7fc00000u)";
+pub const NEG_INF: &str = "f32_bits(0xff800000u)";
+pub const POS_INF: &str = "f32_bits(0x7f800000u)";
 
 /// The linear workgroup index and global thread index lines shared by one-thread-per-element
 /// kernels; returns nothing, defines `gi` (global thread index).

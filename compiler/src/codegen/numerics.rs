@@ -18,6 +18,14 @@ struct Helper {
 }
 
 const HELPERS: &[Helper] = &[
+    // A float from its bit pattern (NaN and ±inf, which WGSL has no literals for). A function
+    // call, so that it is no constant expression: WebGPU's WGSL compilers (Tint in Chrome) reject
+    // a constant expression whose value is NaN or ±inf, which naga accepts.
+    Helper {
+        name: "f32_bits",
+        uses: &[],
+        wgsl: "fn f32_bits(bits: u32) -> f32 { return bitcast<f32>(bits); }\n",
+    },
     Helper {
         name: "is_nan_f32",
         uses: &[],
@@ -63,39 +71,39 @@ const HELPERS: &[Helper] = &[
     },
     Helper {
         name: "log_f32",
-        uses: &[],
+        uses: &["f32_bits"],
         wgsl: "fn log_f32(x: f32) -> f32 {
     if (x > 0.0) { return log(x); }
-    if (x == 0.0) { return bitcast<f32>(0xff800000u); }
-    return bitcast<f32>(0x7fc00000u);
+    if (x == 0.0) { return f32_bits(0xff800000u); }
+    return f32_bits(0x7fc00000u);
 }
 ",
     },
     Helper {
         name: "sqrt_f32",
-        uses: &[],
-        wgsl: "fn sqrt_f32(x: f32) -> f32 { return select(bitcast<f32>(0x7fc00000u), sqrt(x), x >= 0.0); }\n",
+        uses: &["f32_bits"],
+        wgsl: "fn sqrt_f32(x: f32) -> f32 { return select(f32_bits(0x7fc00000u), sqrt(x), x >= 0.0); }\n",
     },
     // 1/sqrt(x): ±inf at ±0 (as 1 / sqrt(±0)), NaN below 0.
     Helper {
         name: "rsqrt_f32",
-        uses: &[],
+        uses: &["f32_bits"],
         wgsl: "fn rsqrt_f32(x: f32) -> f32 {
     if (x > 0.0) { return inverseSqrt(x); }
     if (x == 0.0) { return 1.0 / x; }
-    return bitcast<f32>(0x7fc00000u);
+    return f32_bits(0x7fc00000u);
 }
 ",
     },
     Helper {
         name: "sin_f32",
-        uses: &["is_inf_f32"],
-        wgsl: "fn sin_f32(x: f32) -> f32 { return select(sin(x), bitcast<f32>(0x7fc00000u), is_inf_f32(x)); }\n",
+        uses: &["is_inf_f32", "f32_bits"],
+        wgsl: "fn sin_f32(x: f32) -> f32 { return select(sin(x), f32_bits(0x7fc00000u), is_inf_f32(x)); }\n",
     },
     Helper {
         name: "cos_f32",
-        uses: &["is_inf_f32"],
-        wgsl: "fn cos_f32(x: f32) -> f32 { return select(cos(x), bitcast<f32>(0x7fc00000u), is_inf_f32(x)); }\n",
+        uses: &["is_inf_f32", "f32_bits"],
+        wgsl: "fn cos_f32(x: f32) -> f32 { return select(cos(x), f32_bits(0x7fc00000u), is_inf_f32(x)); }\n",
     },
     // tanh through a clamp (some GPUs evaluate tanh with exp and overflow past |x| = 44), with
     // NaN kept: clamp may turn it into a bound.
@@ -121,11 +129,11 @@ const HELPERS: &[Helper] = &[
     // an odd one); zeros and infinities by the Annex F table.
     Helper {
         name: "pow_f32",
-        uses: &["is_nan_f32", "is_inf_f32"],
+        uses: &["is_nan_f32", "is_inf_f32", "f32_bits"],
         wgsl: "fn pow_f32(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
-    if (is_nan_f32(a) || is_nan_f32(b)) { return bitcast<f32>(0x7fc00000u); }
-    let inf = bitcast<f32>(0x7f800000u);
+    if (is_nan_f32(a) || is_nan_f32(b)) { return f32_bits(0x7fc00000u); }
+    let inf = f32_bits(0x7f800000u);
     let ab = abs(a);
     if (is_inf_f32(b)) {
         if (ab == 1.0) { return 1.0; }
@@ -140,7 +148,7 @@ const HELPERS: &[Helper] = &[
         let m = select(0.0, inf, (a == 0.0) == (b < 0.0));
         return select(m, -m, flip);
     }
-    if (negative && !integral) { return bitcast<f32>(0x7fc00000u); }
+    if (negative && !integral) { return f32_bits(0x7fc00000u); }
     let m = exp2(b * log2(ab));
     return select(m, -m, flip);
 }
@@ -209,6 +217,8 @@ mod tests {
         assert!(!text.contains("fn log_f32"));
         let all: String = HELPERS.iter().map(|h| format!("{}(", h.name)).collect();
         let everything = with_helpers(&format!("// {all}\n"));
+        // A constant expression that is NaN or ±inf fails in WebGPU (see `f32_bits`).
+        assert!(!everything.contains("bitcast<f32>(0x"));
         let module = naga::front::wgsl::parse_str(&everything).expect("helpers parse");
         naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
