@@ -505,20 +505,30 @@ const SUBGROUP_COMBINE_TRIPS: u64 = 7 + MAX_SUBGROUPS as u64;
 /// The initialization of phase `k`'s accumulator and its per-element step (`VALUE` stands for
 /// the element's value; `j` is the flat reduce index).
 fn combine_step(c: Combine, k: usize) -> (String, String) {
+    let init = match c {
+        Combine::Sum => format!("var a{k} = 0.0;"),
+        Combine::Max => format!("var a{k} = {NEG_INF};"),
+        Combine::Min => format!("var a{k} = {POS_INF};"),
+        Combine::ArgMax => format!("var a{k} = {NEG_INF};\n    var ai{k} = 0xffffffffu;"),
+    };
+    (
+        init,
+        fold(c, &format!("a{k}"), &format!("ai{k}"), "VALUE", "j"),
+    )
+}
+
+/// The statement folding value `y` (at index `yi`, for argmax) into the accumulator `acc` (its
+/// index in `acc_i`), with the NaN and tie rules of IR.md.
+fn fold(c: Combine, acc: &str, acc_i: &str, y: &str, yi: &str) -> String {
     match c {
-        Combine::Sum => (format!("var a{k} = 0.0;"), format!("a{k} = a{k} + VALUE;")),
-        Combine::Max => (
-            format!("var a{k} = {NEG_INF};"),
-            format!("a{k} = max_nan(a{k}, VALUE);"),
-        ),
-        Combine::Min => (
-            format!("var a{k} = {POS_INF};"),
-            format!("a{k} = min_nan(a{k}, VALUE);"),
-        ),
-        Combine::ArgMax => (
-            format!("var a{k} = {NEG_INF};\n    var ai{k} = 0xffffffffu;"),
-            format!("if (argmax_takes(a{k}, ai{k}, VALUE, j)) {{ a{k} = VALUE; ai{k} = j; }}"),
-        ),
+        Combine::Sum => format!("{acc} = {acc} + {y};"),
+        Combine::Max => format!("{acc} = max_nan({acc}, {y});"),
+        Combine::Min => format!("{acc} = min_nan({acc}, {y});"),
+        Combine::ArgMax => {
+            format!(
+                "if (argmax_takes({acc}, {acc_i}, {y}, {yi})) {{ {acc} = {y}; {acc_i} = {yi}; }}"
+            )
+        }
     }
 }
 
@@ -564,14 +574,7 @@ fn combine_segment(s: &mut String, c: Combine, k: usize) {
 /// subgroup id, and every thread combines the partials in subgroup order.
 fn combine_subgroups(s: &mut String, c: Combine, k: usize) {
     let merge = |s: &mut String, indent: &str, y: &str, yi: &str| {
-        let line = match c {
-            Combine::Sum => format!("s{k} = s{k} + {y};"),
-            Combine::Max => format!("s{k} = max_nan(s{k}, {y});"),
-            Combine::Min => format!("s{k} = min_nan(s{k}, {y});"),
-            Combine::ArgMax => {
-                format!("if (argmax_takes(s{k}, si{k}, {y}, {yi})) {{ s{k} = {y}; si{k} = {yi}; }}")
-            }
-        };
+        let line = fold(c, &format!("s{k}"), &format!("si{k}"), y, yi);
         writeln!(s, "{indent}{line}").unwrap();
     };
     if c == Combine::Sum {
