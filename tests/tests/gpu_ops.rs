@@ -112,12 +112,28 @@ fn reductions() {
             ("2, 3, 1000", ", axes=[2]"),
             ("1", ""),
             ("5, 1, 3", ", axes=[1]"),
+            // outer axes over a few columns: the two reduce axes walk as one run, and the
+            // segment widens past 8 lanes (37 rows would be one workgroup of 8)
+            ("4, 300, 37", ", axes=[0, 1]"),
+            // reduce axes that are not one run: the first and the last
+            ("6, 50, 3", ", axes=[0, 2]"),
         ] {
             let src = format!(
                 "graph t {{\n  input x: f32[{shape}]\n  y = {op}(x{attrs})\n  output y\n}}\n"
             );
             check_gpu(&src, REDUCTION, &[], 1);
         }
+    }
+    // reduce axes whose strides are not one run stay apart: a slice of the middle axis, and a
+    // swap of the two
+    for t in [
+        "slice(x, axis=1, start=5, end=305)",
+        "permute(slice(x, axis=1, start=5, end=305), perm=[1, 0, 2])",
+    ] {
+        let src = format!(
+            "graph t {{\n  input x: f32[4, 310, 37]\n  t = {t}\n  y = sum(t, axes=[0, 1])\n  output y\n}}\n"
+        );
+        check_gpu(&src, REDUCTION, &[], 1);
     }
     let argmax = "graph t {\n  input x: f32[6, 37]\n  a = argmax(x, axis=1)\n  b = argmax(x, axis=0, keepdim=true)\n  output a, b\n}\n";
     check_gpu(argmax, 0.0, &[], 1);

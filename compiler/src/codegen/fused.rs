@@ -8,7 +8,10 @@
 //! axes are written by a last loop over the row. Rows are assigned to threads row-major (the
 //! segment's lanes are consecutive threads, for rows contiguous along the reduce axes) or
 //! column-major (consecutive threads take consecutive rows, for reductions along an outer axis),
-//! whichever keeps the larger operands' loads coalesced.
+//! whichever keeps the larger operands' loads coalesced. A column-major reduction over few rows
+//! narrows its rows per workgroup and widens its segment (`column_segment`), and adjacent reduce
+//! axes that every tensor walks as one run are merged first (`merge_reduce_axes`), so the loop
+//! over the row divides once per coordinate fewer.
 //!
 //! Barriers stay in uniform control flow: rows past the end have a trip count of zero but reach
 //! every barrier, and the combination loop's trip count is the compile-time `SEG`. Mesa's software
@@ -43,6 +46,82 @@ fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
         }
     }
     strides
+}
+
+/// `k` with two adjacent reduce axes made one, when every tensor walks them as one run (the
+/// outer axis's stride is the inner one's extent times its stride, or both are 0) and no
+/// instruction reads their coordinates; `None` when no pair qualifies. The flat reduce index (an
+/// argmax's result) is unchanged, and the loop over the row then takes one division per
+/// coordinate fewer per point: a bias gradient's sum over `[batch, seq]` becomes one axis.
+fn merge_reduce_axes(k: &FusedKernel) -> Option<FusedKernel> {
+    let p = &k.program;
+    let d = p.domain.len();
+    let tensors: Vec<(&Access, &View)> = p
+        .operands
+        .iter()
+        .zip(&k.operands)
+        .chain(p.outputs.iter().map(|o| &o.access).zip(&k.outputs))
+        .collect();
+    let pair = (0..p.reduce.len().saturating_sub(1)).find(|&i| {
+        let (a, b) = (d + i, d + i + 1);
+        let reads_coords = p
+            .insts
+            .iter()
+            .any(|inst| matches!(inst, Inst::Coord(c) if *c as usize == a || *c as usize == b));
+        let collapsed = tensors.iter().any(|(acc, _)| {
+            acc.axes.iter().any(
+                |x| matches!(x, Axis::Collapsed(c) if *c as usize == i || *c as usize == i + 1),
+            )
+        });
+        !reads_coords
+            && !collapsed
+            && tensors.iter().all(|(acc, view)| {
+                let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
+                match (at(a), at(b)) {
+                    (None, None) => true,
+                    (Some(ja), Some(jb)) => {
+                        jb == ja + 1 && view.strides[ja] == p.reduce[i + 1] * view.strides[jb]
+                    }
+                    _ => false,
+                }
+            })
+    })?;
+    let (a, b) = (d + pair, d + pair + 1);
+    let renumber = |x: &Axis| match *x {
+        Axis::Space(c) if c as usize > a => Axis::Space(c - 1),
+        Axis::Collapsed(c) if c as usize > pair => Axis::Collapsed(c - 1),
+        other => other,
+    };
+    let mut program = p.clone();
+    program.reduce[pair] *= program.reduce.remove(pair + 1);
+    for inst in &mut program.insts {
+        if let Inst::Coord(c) = inst
+            && *c as usize > b
+        {
+            *c -= 1;
+        }
+    }
+    let merge = |acc: &mut Access, view: &mut View| {
+        if let Some(ja) = acc.axes.iter().position(|x| *x == Axis::Space(a as u8)) {
+            acc.axes.remove(ja);
+            let outer = view.shape.remove(ja);
+            view.strides.remove(ja);
+            view.shape[ja] *= outer;
+        }
+        acc.axes = acc.axes.iter().map(renumber).collect();
+    };
+    let (mut operands, mut outputs) = (k.operands.clone(), k.outputs.clone());
+    for (acc, view) in program.operands.iter_mut().zip(&mut operands) {
+        merge(acc, view);
+    }
+    for (o, view) in program.outputs.iter_mut().zip(&mut outputs) {
+        merge(&mut o.access, view);
+    }
+    Some(FusedKernel {
+        program,
+        operands,
+        outputs,
+    })
 }
 
 /// How threads map to rows and lanes.
@@ -83,6 +162,25 @@ fn mapping(k: &FusedKernel) -> Mapping {
     }
 }
 
+/// Workgroups a column-major reduction aims for before it narrows its rows per workgroup.
+const COLUMN_GROUPS: usize = 256;
+/// Fewest rows a column-major workgroup takes (16-byte runs of f32 rows).
+const FEWEST_COLUMN_ROWS: u32 = 4;
+
+/// The segment of a column-major reduction (`rows` rows of `len` points). 32 consecutive rows per
+/// workgroup (8 lanes each) keep a warp's loads one 128-byte line; when that leaves fewer than
+/// [`COLUMN_GROUPS`] workgroups (a bias gradient: 768 rows of 2048 points would be 24 workgroups of
+/// 256 serial loads per thread), the rows per workgroup halve down to 4 (16-byte runs, lines half
+/// used) and the lanes per row double, so that more workgroups share the row's loads.
+fn column_segment(rows: usize, len: usize) -> u32 {
+    let most = (len.next_power_of_two() as u32).clamp(1, WORKGROUP / FEWEST_COLUMN_ROWS);
+    let mut seg = most.min(8);
+    while seg < most && rows.div_ceil((WORKGROUP / seg) as usize) < COLUMN_GROUPS {
+        seg *= 2;
+    }
+    seg
+}
+
 /// A matmul epilogue as a WGSL function `epilogue(product, c0, .., c{r-1}) -> f32` of the
 /// product and its coordinates in the output (batch axes, row, column); `k`'s operand 0 is the
 /// product, its one output the stored value.
@@ -109,6 +207,11 @@ pub fn emit_elementwise_fn(e: &mut Emitter, k: &FusedKernel, name: &str, arg: &s
 }
 
 pub fn emit(e: &mut Emitter, k: &FusedKernel) -> (String, [u32; 3], u32) {
+    let mut merged = k.clone();
+    while let Some(next) = merge_reduce_axes(&merged) {
+        merged = next;
+    }
+    let k = &merged;
     let p = &k.program;
     debug_assert!(p.check().is_ok(), "{:?}", p.check());
     let mut cx = Cx::new(e, k);
@@ -339,7 +442,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         let map = mapping(self.k);
         let seg = match map {
             Mapping::RowMajor => (len.next_power_of_two() as u32).clamp(1, WORKGROUP),
-            Mapping::ColumnMajor => (len.next_power_of_two() as u32).clamp(1, 8),
+            Mapping::ColumnMajor => column_segment(rows, len),
         };
         let per_group = WORKGROUP / seg;
         let argmax = p.phases.iter().any(|ph| ph.combine == Combine::ArgMax);
