@@ -210,6 +210,22 @@ fn softmax_and_norms() {
 }
 ";
     check_gpu(src, TRANSCENDENTAL, &[], 1);
+    // Many rows: a segment narrower than its row (1100 rows of 600 take 64 lanes, 1040 of 100
+    // take 32), several rows per workgroup.
+    let many = "graph t {
+  input x: f32[1100, 600]
+  input y: f32[2, 520, 100]
+  input g: f32[100]
+  input b: f32[100]
+  s = softmax(x)
+  l = log_softmax(x)
+  m = max(x, axes=[1])
+  n = layer_norm(y, g, b)
+  r = rms_norm(y, g, eps=0.001)
+  output s, l, m, n, r
+}
+";
+    check_gpu(many, TRANSCENDENTAL, &[], 1);
     let gn = "graph t {
   input x: f32[2, 6, 5, 3]
   input g: f32[6]

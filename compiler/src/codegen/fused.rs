@@ -162,6 +162,24 @@ fn mapping(k: &FusedKernel) -> Mapping {
     }
 }
 
+/// Row-major segments: a lane takes at least [`ROW_LANE_POINTS`] points of its row once there
+/// are [`ROW_MANY`] rows to spread over workgroups, with at least [`ROW_LEAST_LANES`] lanes.
+/// Measured on the H200 (BENCHMARKS.md, "Row segments"): a softmax over `[4, 12, 512, 512]`
+/// took 85 µs as one row of 512 per workgroup (2 points per lane, 8 barriers per tree) and
+/// 46 µs as 8 rows of 32 lanes; 8 points per lane measured 49 µs, 4 points 62 µs.
+const ROW_LANE_POINTS: usize = 16;
+const ROW_MANY: usize = 1024;
+const ROW_LEAST_LANES: u32 = 32;
+
+/// The segment of a row-major kernel of `rows` rows of `len` points (see [`ROW_LANE_POINTS`]).
+fn row_segment(rows: usize, len: usize) -> u32 {
+    let whole = (len.next_power_of_two() as u32).clamp(1, WORKGROUP);
+    if rows < ROW_MANY {
+        return whole;
+    }
+    ((len / ROW_LANE_POINTS).next_power_of_two() as u32).clamp(ROW_LEAST_LANES.min(whole), whole)
+}
+
 /// Workgroups a column-major reduction aims for before it narrows its rows per workgroup.
 const COLUMN_GROUPS: usize = 256;
 /// Fewest rows a column-major workgroup takes (16-byte runs of f32 rows).
@@ -441,7 +459,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         let len: usize = p.reduce.iter().product();
         let map = mapping(self.k);
         let seg = match map {
-            Mapping::RowMajor => (len.next_power_of_two() as u32).clamp(1, WORKGROUP),
+            Mapping::RowMajor => row_segment(rows, len),
             Mapping::ColumnMajor => column_segment(rows, len),
         };
         let per_group = WORKGROUP / seg;
