@@ -52,6 +52,10 @@ fn binary_ops_with_broadcasting() {
         ("7, 13", "7, 13"),
         ("3, 1", "1, 4"),
         ("2, 5, 3", "3"),
+        // three axes or more: 4 points per thread along the first, 9 of them ragged (3 chunks
+        // of 3, the last thread's fourth point past the end)
+        ("9, 5, 3", "5, 1"),
+        ("4, 3, 2, 5", "3, 1, 5"),
         ("1", "6, 1"),
         ("", "2, 3"),
     ];

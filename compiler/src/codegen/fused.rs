@@ -180,6 +180,10 @@ fn row_segment(rows: usize, len: usize) -> u32 {
     ((len / ROW_LANE_POINTS).next_power_of_two() as u32).clamp(ROW_LEAST_LANES.min(whole), whole)
 }
 
+/// Points of a map kernel over three axes or more per thread, spaced along the outermost axis
+/// (see `Cx::emit_map`).
+const MAP_POINTS: usize = 4;
+
 /// Workgroups a column-major reduction aims for before it narrows its rows per workgroup.
 const COLUMN_GROUPS: usize = 256;
 /// Fewest rows a column-major workgroup takes (16-byte runs of f32 rows).
@@ -427,8 +431,19 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
 
     fn emit_map(&mut self) -> (String, [u32; 3], u32) {
         let p = self.p;
-        let numel: usize = p.domain.iter().product();
-        let n = self.e.param(numel);
+        // Over three axes or more, a thread takes `points` points spaced `chunk` apart along
+        // the outermost axis, so one decomposition of its index (two divisions or more) serves
+        // them all; neighbouring threads still take neighbouring innermost points. Measured on
+        // the H200: a head-merging copy `[4, 12, 512, 64]` 13.8 -> 11.7 us; over two axes (one
+        // division) AdamW's moments came out 3% slower, so those keep a point per thread.
+        let points = if p.domain.len() >= 3 {
+            p.domain[0].min(MAP_POINTS)
+        } else {
+            1
+        };
+        let chunk = p.domain.first().map_or(1, |&d0| d0.div_ceil(points));
+        let threads: usize = chunk * p.domain.iter().skip(1).product::<usize>();
+        let n = self.e.param(threads);
         writeln!(
             self.body,
             "    let gi = (wid.x + wid.y * nwg.x) * {WORKGROUP}u + lid;"
@@ -436,20 +451,48 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         .unwrap();
         writeln!(self.body, "    if (gi >= {n}) {{ return; }}").unwrap();
         let dims = self.e.params(&p.domain);
-        decompose_into(&mut self.body, "    ", "gi", 0, &dims);
         let roots: Vec<u32> = p.outputs.iter().map(|o| o.value).collect();
         let need = self.needed(&roots);
+        if points == 1 {
+            decompose_into(&mut self.body, "    ", "gi", 0, &dims);
+        } else {
+            let mut coords = String::new();
+            decompose_into(&mut coords, "    ", "gi", 0, &dims);
+            self.body
+                .push_str(&coords.replace("let c0 = ", "let first0 = "));
+            let step = self.e.param(chunk);
+            writeln!(
+                self.body,
+                "    for (var u = 0u; u < {points}u; u = u + 1u) {{\n        let c0 = first0 + u * {step};"
+            )
+            .unwrap();
+            if !p.domain[0].is_multiple_of(points) {
+                let outer = self.e.param(p.domain[0]);
+                writeln!(self.body, "        if (c0 >= {outer}) {{ break; }}").unwrap();
+            }
+            self.e.loop_trips(points as u64);
+        }
+        let outside = std::mem::take(&mut self.body);
         self.bind_rows(&need);
         for o in 0..p.outputs.len() {
             let st = self.store_output(o);
             writeln!(self.body, "    {st}").unwrap();
+        }
+        let point = std::mem::replace(&mut self.body, outside);
+        if points == 1 {
+            self.body.push_str(&point);
+        } else {
+            for line in point.lines() {
+                writeln!(self.body, "    {line}").unwrap();
+            }
+            writeln!(self.body, "    }}").unwrap();
         }
         let mut s = String::new();
         writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
         writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
         s.push_str(&self.body);
         s.push_str("}\n");
-        (s, grid(numel.div_ceil(WORKGROUP as usize)), 0)
+        (s, grid(threads.div_ceil(WORKGROUP as usize)), 0)
     }
 
     fn emit_rows(&mut self) -> (String, [u32; 3], u32) {
