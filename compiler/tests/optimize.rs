@@ -75,6 +75,14 @@ const RULE_CASES: &[(&str, &str)] = &[
     ("broadcast-identity", "y = broadcast_to(x, shape=[4, 3])"),
     ("permute-identity", "y = permute(t, perm=[0, 1, 2])"),
     (
+        "slice-grad-add",
+        "y = add(slice_grad(z, shape=[4, 8], axis=1, start=4, end=7), slice_grad(x, shape=[4, 8], axis=1, start=1, end=4))",
+    ),
+    (
+        "concat-concat",
+        "y = add(add(slice_grad(x, shape=[4, 9], axis=1, start=6, end=9), slice_grad(z, shape=[4, 9], axis=1, start=3, end=6)), slice_grad(x, shape=[4, 9], axis=1, start=0, end=3))",
+    ),
+    (
         "squeeze-unsqueeze",
         "y = squeeze(unsqueeze(x, axis=1), axis=1)",
     ),

@@ -491,6 +491,12 @@ fn op_gradients() {
         ),
         ("a: f32[3, 7]; b: f32[7, 2]", "matmul(a, b)"),
         ("a: f32[7]", "matmul(a, a)"),
+        // a tensor split in three parts (attention's q, k, v): its gradient is the three parts'
+        // gradients joined, which `slice-grad-add` and `concat-concat` turn into one concat
+        (
+            "a: f32[2, 3, 9]",
+            "mul(mul(slice(a, axis=2, start=0, end=3), slice(a, axis=2, start=3, end=6)), slice(a, axis=2, start=6, end=9))",
+        ),
     ];
     for (i, (decls, expr)) in cases.iter().enumerate() {
         let inputs: Vec<(&str, &str)> = decls

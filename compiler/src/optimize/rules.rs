@@ -245,7 +245,76 @@ pub fn layout() -> Vec<Rule> {
         computed("squeeze-unsqueeze",   Op::Squeeze, squeeze_unsqueeze),
         // transpose(sum(x, A, keepdim), a, b) = sum(transpose(x, a, b), σ(A), keepdim), σ = (a b)
         computed("transpose-sum",       Op::Transpose, transpose_sum),
+        // slice_grad(a, S, k, s..s+|a|) + slice_grad(b, S, k, s+|a|..) = slice_grad(concat(a, b, k), S, k, s..),
+        // which is concat(a, b, k) when it covers axis k (the gradient of a tensor split in parts)
+        computed("slice-grad-add",      Op::Add, slice_grad_add),
+        // concat(.., concat(a, b, k), .., k) = concat(.., a, b, .., k)
+        computed("concat-concat",       Op::Concat, concat_concat),
     ]
+}
+
+fn slice_grad_add(g: &mut Graph, n: &ENode) -> Option<Id> {
+    let (x, y) = (
+        node_of(g, n.kids[0], Op::SliceGrad)?,
+        node_of(g, n.kids[1], Op::SliceGrad)?,
+    );
+    let (_, ax) = x.ir()?;
+    let (_, ay) = y.ir()?;
+    let axis = ax.of(key::AXIS);
+    if ax.of(key::SHAPE) != ay.of(key::SHAPE)
+        || ay.of(key::AXIS) != axis
+        || ax.of(key::STEP) != 1
+        || ay.of(key::STEP) != 1
+        || g[x.kids[0]].data.ty.dtype != g[y.kids[0]].data.ty.dtype
+    {
+        return None;
+    }
+    // the positions a part covers: from its start, its own extent along the axis
+    let extent = |part: &ENode| g[part.kids[0]].data.ty.shape.get(axis).copied();
+    let (ex, ey) = (extent(&x)?, extent(&y)?);
+    let (sx, sy) = (ax.of(key::START), ay.of(key::START));
+    let (first, second, start) = if sx + ex == sy {
+        (&x, &y, sx)
+    } else if sy + ey == sx {
+        (&y, &x, sy)
+    } else {
+        return None;
+    };
+    let joined = add_op(
+        g,
+        Op::Concat,
+        Attrs::new().and(key::AXIS, axis),
+        vec![first.kids[0], second.kids[0]],
+    );
+    let end = start + ex + ey;
+    if start == 0 && end == ax.of(key::SHAPE)[axis] {
+        return Some(joined);
+    }
+    Some(add_op(
+        g,
+        Op::SliceGrad,
+        ax.clone().and(key::START, start).and(key::END, end),
+        vec![joined],
+    ))
+}
+
+fn concat_concat(g: &mut Graph, n: &ENode) -> Option<Id> {
+    let (_, attrs) = n.ir()?;
+    let axis = attrs.of(key::AXIS);
+    let mut kids = Vec::new();
+    let mut flattened = false;
+    for &k in &n.kids {
+        match node_of(g, k, Op::Concat)
+            .filter(|c| c.ir().is_some_and(|(_, a)| a.of(key::AXIS) == axis))
+        {
+            Some(inner) if !flattened => {
+                kids.extend(inner.kids.iter().copied());
+                flattened = true;
+            }
+            _ => kids.push(k),
+        }
+    }
+    flattened.then(|| add_op(g, Op::Concat, attrs.clone(), kids))
 }
 
 fn transpose_sum(g: &mut Graph, n: &ENode) -> Option<Id> {
