@@ -30,6 +30,9 @@ pub enum CompileError {
     Unproven { what: String, help: String },
     #[error(transparent)]
     Autodiff(#[from] crate::autodiff::AutodiffError),
+    /// A setting from the environment that names nothing.
+    #[error("{what}: expected one of {expected}")]
+    Setting { what: String, expected: String },
     #[error("internal compiler error: {0}")]
     Internal(String),
 }

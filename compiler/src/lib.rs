@@ -95,6 +95,10 @@ pub struct Options {
     /// dispatch when either binding is writable, so artifacts for browsers turn this off
     /// (`sinter compile --browser`); the runtime refuses such an artifact there with that hint.
     pub quad_aliases: bool,
+    /// The blocking of the flash-attention kernels ([`codegen::flash::Tiling::A`] by default).
+    /// For experiments the environment variable `SINTER_FLASH_TILE` (`a`, `b`, `c`, `d`; see
+    /// [`codegen::flash::Tiling::NAMED`]) overrides it at compile time.
+    pub flash_tile: codegen::flash::Tiling,
 }
 
 impl Default for Options {
@@ -108,6 +112,7 @@ impl Default for Options {
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
             quad_aliases: true,
+            flash_tile: codegen::flash::Tiling::A,
         }
     }
 }
@@ -201,7 +206,7 @@ fn run_passes(
     dump(Pass::Schedule, &|| describe_schedule(&sched));
     let mem = memory::plan(&sched, options.max_binding_size)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
-    let mut artifact = pack(&kgraph, &sched, &mem, options.quad_aliases)?;
+    let mut artifact = pack(&kgraph, &sched, &mem, options)?;
     for slot in &mut artifact.tensors {
         if let (Some(c), Role::Input | Role::Param | Role::State) =
             (contracts.get(&slot.name), slot.role)
@@ -235,7 +240,7 @@ pub fn compile_kernel_graph(
 ) -> Result<Artifact, CompileError> {
     let sched = schedule::lower(kgraph, HashMap::new(), options)?;
     let mem = memory::plan(&sched, options.max_binding_size)?;
-    pack(kgraph, &sched, &mem, options.quad_aliases)
+    pack(kgraph, &sched, &mem, options)
 }
 
 /// The artifact's record of an optimization: the step before (the decomposed graph, one kernel
@@ -328,13 +333,33 @@ fn validate_all(kernels: &[Kernel]) -> Result<(), CompileError> {
     })
 }
 
+/// The flash kernels' tiling: [`Options::flash_tile`], or the one `SINTER_FLASH_TILE` names.
+fn flash_tile(options: &Options) -> Result<codegen::flash::Tiling, CompileError> {
+    match std::env::var("SINTER_FLASH_TILE") {
+        Ok(name) if !name.trim().is_empty() => {
+            codegen::flash::Tiling::named(&name).ok_or_else(|| {
+                let names: Vec<&str> = codegen::flash::Tiling::NAMED
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect();
+                CompileError::Setting {
+                    what: format!("SINTER_FLASH_TILE={name}"),
+                    expected: names.join(", "),
+                }
+            })
+        }
+        _ => Ok(options.flash_tile),
+    }
+}
+
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
     graph: &kgraph::KernelGraph,
     sched: &Schedule,
     mem: &MemoryPlan,
-    quad_aliases: bool,
+    options: &Options,
 ) -> Result<Artifact, CompileError> {
+    let flash_tile = flash_tile(options)?;
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
     // The ops each kernel covers, as a set beside the ordered list, so that a kernel shared by
@@ -347,7 +372,7 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem, quad_aliases)?;
+        let src = codegen::emit(&step.plan, mem, options.quad_aliases, flash_tile)?;
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use sinter_compiler::codegen::flash::Tiling;
 use sinter_compiler::flash::{FlashKind, FlashSpec};
 use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
 use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evaluate};
@@ -138,6 +139,11 @@ fn value(kg: &mut KernelGraph, name: &str, ty: TensorType) -> ValueId {
 
 /// Runs the case's kernel of `kind` on the GPU and in the interpreter and compares.
 fn check(case: &Case, kind: FlashKind) {
+    check_with(case, kind, &sinter_compiler::Options::default());
+}
+
+/// [`check`] compiled with `options`.
+fn check_with(case: &Case, kind: FlashKind, options: &sinter_compiler::Options) {
     let scale = 1.0 / (case.d as f32).sqrt();
     let f = |rows: usize, cols: usize, shared: bool| {
         let mut s = case.batch.clone();
@@ -207,7 +213,7 @@ fn check(case: &Case, kind: FlashKind) {
         }
     }
     let want = evaluate(&kg, &feed, &HashMap::new()).expect("the semantics evaluate");
-    let artifact = sinter_compiler::compile_kernel_graph(&kg, &sinter_compiler::Options::default())
+    let artifact = sinter_compiler::compile_kernel_graph(&kg, options)
         .unwrap_or_else(|e| panic!("compile: {e}"));
     let mut session = Session::load(artifact).unwrap_or_else(|e| panic!("load: {e}"));
     let got = run_session(&mut session, &feed);
@@ -216,13 +222,14 @@ fn check(case: &Case, kind: FlashKind) {
         let err = relative_error(&a.data, &w.data);
         assert!(
             err < 1e-4,
-            "{kind:?} {:?} {}x{} d={} dv={} batch {:?}: `{name}` differs by {err:e}\n got  {:?}\n want {:?}",
+            "{kind:?} {:?} {}x{} d={} dv={} batch {:?} tiling {:?}: `{name}` differs by {err:e}\n got  {:?}\n want {:?}",
             case.mask,
             case.sq,
             case.sk,
             case.d,
             case.dv,
             case.batch,
+            options.flash_tile,
             &a.data[..a.data.len().min(12)],
             &w.data[..w.data.len().min(12)]
         );
@@ -271,5 +278,68 @@ fn backward_dq() {
 fn backward_dkdv() {
     for case in cases() {
         check(&case, FlashKind::BackwardDkDv);
+    }
+}
+
+/// Every tiling but the default ([`Tiling::NAMED`]) against the interpreter: ragged lengths
+/// around the block sizes, each head width class (a kernel whose accumulators would not fit
+/// falls back to the default), causal and not, different query and key lengths, shared keys.
+/// `SINTER_FLASH_TILE` overrides the tiling of every compile, these included.
+#[test]
+fn other_tilings() {
+    let mut cases = Vec::new();
+    for (n, &s) in [1, 17, 100, 129].iter().enumerate() {
+        for (m, &d) in [16, 64, 128, 256].iter().enumerate() {
+            let mask = if (n + m) % 2 == 0 {
+                Mask::Causal
+            } else {
+                Mask::None
+            };
+            cases.push(Case {
+                batch: vec![1, 2],
+                sq: s,
+                sk: s,
+                d,
+                dv: d,
+                mask,
+                shared_kv: false,
+            });
+        }
+    }
+    let c = |sq, sk, d, dv, mask, shared_kv| Case {
+        batch: vec![1, 2],
+        sq,
+        sk,
+        d,
+        dv,
+        mask,
+        shared_kv,
+    };
+    cases.extend([
+        c(17, 129, 64, 64, Mask::Causal, false),
+        c(129, 17, 64, 64, Mask::None, false),
+        c(100, 100, 64, 64, Mask::None, false),
+        c(129, 129, 16, 16, Mask::Causal, false),
+        c(100, 129, 40, 24, Mask::Window(20), false),
+        c(33, 70, 96, 96, Mask::Additive, true),
+    ]);
+    for &(name, tiling) in Tiling::NAMED.iter().filter(|(_, t)| *t != Tiling::A) {
+        let options = sinter_compiler::Options {
+            flash_tile: tiling,
+            ..Default::default()
+        };
+        for case in &cases {
+            for kind in [
+                FlashKind::Forward,
+                FlashKind::BackwardDq,
+                FlashKind::BackwardDkDv,
+            ] {
+                eprintln!(
+                    "tiling {name}: {kind:?} {}x{} d={}",
+                    case.sq, case.sk, case.d
+                );
+                check_with(case, kind, &options);
+            }
+        }
     }
 }

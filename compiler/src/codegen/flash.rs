@@ -1,25 +1,30 @@
 //! WGSL for flash attention (see [`crate::flash`]): the forward, the key-block backward (dK,
 //! dV) and the query-block backward (dQ), tiled so that no `[Sq, Sk]` value reaches memory.
 //!
-//! **Tiling.** A workgroup of 256 threads, a 16 × 16 grid `(tx, ty)`, owns a block of 64 "rows"
-//! (queries for the forward and dQ, keys for dK/dV) and walks the "columns" (the other side) in
-//! blocks of 64. Thread `(tx, ty)` holds the 4 × 4 score micro-tile of rows `ty + 16·a` and
-//! columns `tx + 16·b` (a, b < 4) in registers, and accumulates the same rows' outputs over the
-//! column quads `tx + 16·q` (columns `4·(tx + 16·q) ..+ 4`, q < ⌈width / 64⌉) as `vec4`s.
+//! **Tiling** ([`Tiling`], chosen by [`crate::Options::flash_tile`]). A workgroup of
+//! `TX · TY` threads, a grid `(tx, ty)`, owns a block of `BR` "rows" (queries for the forward
+//! and dQ, keys for dK/dV) and walks the "columns" (the other side) in blocks of `BC`. Thread
+//! `(tx, ty)` holds the `RA × CB` score micro-tile of rows `ty + TY·a` and columns
+//! `tx + TX·b` (`RA = BR/TY`, `CB = BC/TX`) in registers, as `vec4`s of four columns, and
+//! accumulates the same rows' outputs over the column quads `tx + TX·q` (columns
+//! `4·(tx + TX·q) ..+ 4`, q < ⌈width / 4·TX⌉) as `vec4`s. [`Tiling::A`] (64 × 64, 16 × 16
+//! threads, 4 × 4) is the default; a kernel whose accumulators would pass the registers that
+//! A needs at its widest head falls back to A.
 //!
 //! **Stages.** All operands reach workgroup memory (one `array<vec4<f32>>`, ≤ 32 KiB) in
-//! *stages* of one `vec4` per thread, double-buffered: a stage is stored, a barrier passes, the
-//! next stage's global loads are issued into registers, the stage is computed, the next one is
-//! stored into the other buffer, a barrier passes — one barrier per stage, global latency hidden
-//! behind the products. A head-dimension product (`Q·Kᵀ`, `dO·Vᵀ`) stages 16-wide chunks of both
-//! operands row-major (rows padded to 20 words, so the `vec4` reads of 8 consecutive threads
-//! fall in distinct banks) and reads them as `vec4`s along the head dimension; a column product
-//! (`P·V`, `G·K`, …) reads the tile (`P` or `G`, 64 × 68 words, aliasing the product buffers)
-//! as `vec4`s along its row and the streamed operand as `vec4`s along its width, 16·64/width
-//! rows a stage. Loops over stages have compile-time trip counts; the head dimensions are
-//! WGSL constants.
+//! *stages* of whole `vec4`s per thread, double-buffered: a stage is stored, a barrier passes,
+//! the next stage's global loads are issued into registers, the stage is computed, the next one
+//! is stored into the other buffer, a barrier passes — one barrier per stage, global latency
+//! hidden behind the products. A head-dimension product (`Q·Kᵀ`, `dO·Vᵀ`) stages `DC`-wide
+//! chunks of both operands row-major (rows padded by one quad, so the `vec4` reads of 8
+//! consecutive threads fall in distinct banks) and reads them as `vec4`s along the head
+//! dimension; a column product (`P·V`, `G·K`, …) reads the tile (`P` or `G`, `BR` rows of
+//! `BC / parts` columns padded by one quad, over the product buffers) as `vec4`s along its row
+//! and the streamed operand as `vec4`s along its width, as many rows a stage as 256 quads
+//! hold (at most half a part). A tiling whose tile would not fit publishes it in column parts, one after the other.
+//! Loops over stages have compile-time trip counts; the head dimensions are WGSL constants.
 //!
-//! **Softmax.** The forward's row maxima combine the 16 threads of a row through workgroup
+//! **Softmax.** The forward's row maxima combine the `TX` threads of a row through workgroup
 //! memory once per block; the row sums stay per thread (each rescaled by the row's common
 //! factor) and combine once at the end.
 //!
@@ -29,46 +34,257 @@
 //! halves a causal attention's work.
 //!
 //! **Limits.** Any sequence lengths (ragged blocks are masked), head dimensions up to 256 (the
-//! accumulators are 16 · ⌈d/64⌉ registers), batch axes with broadcasting. An invocation runs
-//! `⌈S/64⌉ · (1 + stages)` loop iterations, stages being `⌈d/16⌉` per head-dimension product and
-//! 64 / rows-per-stage per column product; barriers sit in uniform control flow.
+//! accumulators are registers), batch axes with broadcasting. An invocation runs
+//! `⌈S/BC⌉ · (1 + stages)` loop iterations, stages being `⌈d/DC⌉` per head-dimension product
+//! and `BC` / rows-per-stage per column product; barriers sit in uniform control flow.
 
 use std::fmt::Write;
 
 use sinter_ir::DType;
 
 use super::fused::{FusedKernel, emit_elementwise_fn};
-use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, WORKGROUP, decompose};
+use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, decompose};
 use crate::flash::FlashKind;
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
 
-/// Rows per workgroup, columns per block, head-dimension chunk of a product stage.
 /// Words per `vec4<f32>` quad.
 const QUAD: usize = 4;
-const BR: usize = 64;
-const BC: usize = 64;
-const DC: usize = 16;
 /// Largest head dimension (the accumulators live in registers).
 pub const MAX_HEAD_DIM: usize = 256;
-
-// Workgroup memory, in quads (`vec4<f32>`). Product stages: two buffers, each the 64 rows of
-// `A` then the 64 of `B`, rows of `DC` words padded to `P_ROW` quads. The tile (`P` or `G`):
-// `BR` rows of `T_ROW` quads, over the product buffers (it is written after the products and
-// read before the next block's). Column-product stages: two buffers of `X_SLOT` quads. The
-// forward's row statistics: `BR` rows of 16 words.
-const P_ROW: usize = DC / QUAD + 1;
-const P_B: usize = BR * P_ROW;
-const P_SLOT: usize = (BR + BC) * P_ROW;
-const T_ROW: usize = BC / QUAD + 1;
-const X_AT: usize = 2 * P_SLOT;
+/// Workgroup memory, in quads: the 32 KiB a browser grants.
+const SHARED_QUADS: usize = 2048;
+/// Quads of one column-product stage buffer.
 const X_SLOT: usize = 256;
-const RED_AT: usize = X_AT + 2 * X_SLOT;
-const RED_QUADS: usize = BR * 16 / QUAD;
-const _: () = assert!(BR * T_ROW <= X_AT && RED_AT + RED_QUADS <= 2048);
-// a product stage is one quad of A and one of B per thread
-const _: () = assert!(DC * BR / QUAD == WORKGROUP as usize && DC * BC / QUAD == WORKGROUP as usize);
+
+/// The blocking of the flash kernels (see the module docs): `rows` (`BR`) per workgroup,
+/// `cols` (`BC`) per column block, a `threads_x × threads_y` (`TX × TY`) thread grid,
+/// head-dimension chunks of `chunk` (`DC`) words per product stage, and the tile published in
+/// `parts` column parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    pub rows: usize,
+    pub cols: usize,
+    pub threads_x: usize,
+    pub threads_y: usize,
+    pub chunk: usize,
+    pub parts: usize,
+}
+
+impl Tiling {
+    /// 64 × 64 blocks, 256 threads, a 4 × 4 micro-tile: the default.
+    pub const A: Tiling = Tiling {
+        rows: 64,
+        cols: 64,
+        threads_x: 16,
+        threads_y: 16,
+        chunk: 16,
+        parts: 1,
+    };
+    /// 128 rows × 64 columns, 256 threads, 8 × 4: each staged key/value chunk serves twice the
+    /// rows; the 128 × 64 tile is published in two halves.
+    pub const B: Tiling = Tiling {
+        rows: 128,
+        cols: 64,
+        threads_x: 16,
+        threads_y: 16,
+        chunk: 16,
+        parts: 2,
+    };
+    /// 64 × 64 blocks, 128 threads (8 across the columns, 16 across the rows), 4 × 8.
+    pub const C: Tiling = Tiling {
+        rows: 64,
+        cols: 64,
+        threads_x: 8,
+        threads_y: 16,
+        chunk: 16,
+        parts: 1,
+    };
+    /// 128 rows × 64 columns, 128 threads (8 × 16), 8 × 8 like the best matmul; its
+    /// accumulators fit the register budget only in the forward (heads up to 96) and dQ (up
+    /// to 32).
+    pub const D: Tiling = Tiling {
+        rows: 128,
+        cols: 64,
+        threads_x: 8,
+        threads_y: 16,
+        chunk: 16,
+        parts: 2,
+    };
+    /// The tilings by the names `SINTER_FLASH_TILE` takes.
+    pub const NAMED: [(&'static str, Tiling); 4] = [
+        ("a", Tiling::A),
+        ("b", Tiling::B),
+        ("c", Tiling::C),
+        ("d", Tiling::D),
+    ];
+
+    /// The tiling called `name` in [`Tiling::NAMED`].
+    pub fn named(name: &str) -> Option<Tiling> {
+        Tiling::NAMED
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+            .map(|&(_, t)| t)
+    }
+
+    fn threads(&self) -> usize {
+        self.threads_x * self.threads_y
+    }
+
+    /// Rows per thread (`RA`).
+    fn ra(&self) -> usize {
+        self.rows / self.threads_y
+    }
+
+    /// Columns per thread (`CB`).
+    fn cb(&self) -> usize {
+        self.cols / self.threads_x
+    }
+
+    /// Score quads per row of a thread.
+    fn cg(&self) -> usize {
+        self.cb() / QUAD
+    }
+
+    /// Quads per row of an accumulator over `width` columns.
+    fn nq(&self, width: usize) -> usize {
+        width.div_ceil(QUAD * self.threads_x).max(1)
+    }
+
+    /// Floats a thread keeps as accumulators in a kernel of `kind` with head dimensions `d`
+    /// (queries, keys) and `dv` (values): score tiles and output rows.
+    fn registers(&self, kind: FlashKind, d: usize, dv: usize) -> usize {
+        let tile = self.ra() * self.cb();
+        let out = |w: usize| self.ra() * QUAD * self.nq(w);
+        match kind {
+            FlashKind::Forward => tile + out(dv),
+            FlashKind::BackwardDq => 2 * tile + out(d),
+            FlashKind::BackwardDkDv => 2 * tile + out(d) + out(dv),
+        }
+    }
+
+    /// This tiling for a kernel, or [`Tiling::A`] where its accumulators would pass what A
+    /// needs at the widest head in the dK/dV kernel (160 floats).
+    pub fn for_kernel(self, kind: FlashKind, d: usize, dv: usize) -> Tiling {
+        let budget = Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM);
+        if self.registers(kind, d, dv) <= budget {
+            self
+        } else {
+            Tiling::A
+        }
+    }
+}
+
+/// Where things live in workgroup memory, in quads. Product stages: two buffers of `p_slot`,
+/// each the `BR` rows of `A` then the `BC` of `B`, rows of `DC` words padded to `p_row` quads.
+/// The tile (`P` or `G`): `BR` rows of `t_row` quads at 0, over the product buffers (it is
+/// written after the products and read before the next block's). Column-product stages: two
+/// buffers of `X_SLOT` at `x_at`. The forward's row statistics: `BR` rows of `TX` words at
+/// `red_at`. The column buffers follow the product buffers and the statistics follow them
+/// when all fits in 32 KiB; otherwise the column buffers follow the tile (the products are
+/// done when they are stored) and the statistics lie over the second column buffer (they are
+/// read before it is first stored).
+struct Layout {
+    p_row: usize,
+    p_b: usize,
+    p_slot: usize,
+    t_row: usize,
+    x_at: usize,
+    red_at: usize,
+    red_quads: usize,
+}
+
+impl Layout {
+    fn of(t: &Tiling) -> Layout {
+        let p_row = t.chunk / QUAD + 1;
+        let p_slot = (t.rows + t.cols) * p_row;
+        let t_row = t.cols / t.parts / QUAD + 1;
+        let tile = t.rows * t_row;
+        let red_quads = t.rows * t.threads_x / QUAD;
+        let x_at = (2 * p_slot).max(tile);
+        let spread = Layout {
+            p_row,
+            p_b: t.rows * p_row,
+            p_slot,
+            t_row,
+            x_at,
+            red_at: x_at + 2 * X_SLOT,
+            red_quads,
+        };
+        if spread.quads(true) <= SHARED_QUADS {
+            spread
+        } else {
+            Layout {
+                x_at: tile,
+                red_at: tile + X_SLOT,
+                ..spread
+            }
+        }
+    }
+
+    /// The workgroup memory a kernel declares.
+    fn quads(&self, forward: bool) -> usize {
+        let q = (2 * self.p_slot).max(self.x_at + 2 * X_SLOT);
+        if forward {
+            q.max(self.red_at + self.red_quads)
+        } else {
+            q
+        }
+    }
+}
+
+/// `name` when there is one of it, else `name{i}`.
+fn indexed(name: &str, i: usize, n: usize) -> String {
+    if n == 1 {
+        name.to_string()
+    } else {
+        format!("{name}{i}")
+    }
+}
+
+/// A thread's `i`-th stage quad of a workgroup of `threads`: `lid`, then `(lid + i·threads)`.
+fn stage_quad(i: usize, threads: usize) -> String {
+    if i == 0 {
+        "lid".to_string()
+    } else {
+        format!("(lid + {}u)", i * threads)
+    }
+}
+
+/// `items` summed as a balanced tree: `(a + b) + (c + d)`.
+fn sum(items: &[String]) -> String {
+    if items.len() == 1 {
+        return items[0].clone();
+    }
+    let (l, r) = items.split_at(items.len().div_ceil(2));
+    let side = |s: &[String]| {
+        if s.len() == 1 {
+            s[0].clone()
+        } else {
+            format!("({})", sum(s))
+        }
+    };
+    format!("{} + {}", side(l), side(r))
+}
+
+/// The `max_nan` of `items` as a balanced tree.
+fn max_all(items: &[String]) -> String {
+    if items.len() == 1 {
+        return items[0].clone();
+    }
+    let (l, r) = items.split_at(items.len().div_ceil(2));
+    format!("max_nan({}, {})", max_all(l), max_all(r))
+}
+
+/// A per-row value of a thread's `ra` rows, every entry `init`.
+fn per_row(ra: usize, init: &str) -> String {
+    if ra == QUAD {
+        format!("vec4<f32>({init})")
+    } else {
+        format!("array<f32, {ra}>({})", vec![init; ra].join(", "))
+    }
+}
 
 /// An operand read as `[batch.., rows, cols]`: its arena, base word and the param words of its
 /// strides.
@@ -121,14 +337,16 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
     }
 }
 
-pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
+pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u32) {
+    let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
+    let lay = Layout::of(&t);
     let nb = k.batch.len();
     let blocks_of = match k.spec.kind {
         FlashKind::Forward | FlashKind::BackwardDq => k.sq,
         FlashKind::BackwardDkDv => k.sk,
     };
     let batch: usize = k.batch.iter().product();
-    let blocks = blocks_of.div_ceil(BR);
+    let blocks = blocks_of.div_ceil(t.rows);
     if k.d > MAX_HEAD_DIM || k.dv > MAX_HEAD_DIM {
         e.refuse(
             "flash attention",
@@ -171,32 +389,41 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
     s.push_str(&tile_dead_fn(&k.spec.score, nb));
     let forward = k.spec.kind == FlashKind::Forward;
-    let quads = if forward { RED_AT + RED_QUADS } else { RED_AT };
+    let quads = lay.quads(forward);
     writeln!(s, "const D: u32 = {}u;\nconst DV: u32 = {}u;", k.d, k.dv).unwrap();
     writeln!(s, "var<workgroup> sm: array<vec4<f32>, {quads}>;").unwrap();
-    writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
+    writeln!(s, "@compute @workgroup_size({})", t.threads()).unwrap();
     writeln!(
         s,
         "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{"
     )
     .unwrap();
-    writeln!(s, "    let tx = lid % 16u;\n    let ty = lid / 16u;").unwrap();
+    let tx = t.threads_x;
+    writeln!(s, "    let tx = lid % {tx}u;\n    let ty = lid / {tx}u;").unwrap();
     // per-thread quad offsets: a product stage's store, the A and B rows read, the tile's
     // element written (quad and component) and its rows read
+    let (cq, p_row, t_row) = (t.chunk / QUAD, lay.p_row, lay.t_row);
     writeln!(
         s,
-        "    let st_p = (lid / 4u) * {P_ROW}u + lid % 4u;\n    let ra = ty * {P_ROW}u;\n    let rb = {P_B}u + tx * {P_ROW}u;\n    let tw = ty * {T_ROW}u + tx / 4u;\n    let tc = tx % 4u;\n    let rt = ty * {T_ROW}u;"
+        "    let st_p = (lid / {cq}u) * {p_row}u + lid % {cq}u;\n    let ra = ty * {p_row}u;\n    let rb = {}u + tx * {p_row}u;\n    let tw = ty * {t_row}u + tx / 4u;\n    let tc = tx % 4u;\n    let rt = ty * {t_row}u;",
+        lay.p_b
     )
     .unwrap();
     let dims = e.params(&k.batch);
     decompose(&mut s, "    ", "wid.y", "b", &dims);
     let (sq, sk) = (e.param(k.sq), e.param(k.sk));
     writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
-    writeln!(s, "    let row0 = wid.x * {BR}u;").unwrap();
+    writeln!(s, "    let row0 = wid.x * {}u;", t.rows).unwrap();
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
     let v = bind(&mut s, e, "v", &k.v, nb);
-    let mut cx = Body { s, nb, stages: 0 };
+    let mut cx = Body {
+        s,
+        nb,
+        stages: 0,
+        t,
+        lay,
+    };
     match k.spec.kind {
         FlashKind::Forward => {
             let o = bind(&mut cx.s, e, "o", &k.outputs[0], nb);
@@ -229,7 +456,7 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         }
     }
     // the column-block loop and, per block, the stage loops
-    let trips = blocks_of_columns(k) as u64;
+    let trips = blocks_of_columns(k, &t) as u64;
     e.loop_trips(trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
@@ -237,10 +464,10 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
 }
 
 /// Column blocks a workgroup walks.
-fn blocks_of_columns(k: &Flash) -> usize {
+fn blocks_of_columns(k: &Flash, t: &Tiling) -> usize {
     match k.spec.kind {
-        FlashKind::Forward | FlashKind::BackwardDq => k.sk.div_ceil(BC),
-        FlashKind::BackwardDkDv => k.sq.div_ceil(BC),
+        FlashKind::Forward | FlashKind::BackwardDq => k.sk.div_ceil(t.cols),
+        FlashKind::BackwardDkDv => k.sq.div_ceil(t.cols),
     }
 }
 
@@ -262,8 +489,8 @@ struct Rows<'a> {
     rows: &'a str,
 }
 
-/// `acc[a][b] = Σ_d A[a.row0 + ty + 16a, d] · B[b.row0 + tx + 16b, d]` over `d < len`, `acc` a
-/// `array<vec4<f32>, 4>` (component b).
+/// `acc[a][b] = Σ_d A[a.row0 + ty + TY·a, d] · B[b.row0 + tx + TX·b, d]` over `d < len`, `acc`
+/// an `array<vec4<f32>, RA · CB/4>` (quad `a · CB/4 + b/4`, component `b % 4`).
 struct Product<'a> {
     acc: &'a str,
     a: Rows<'a>,
@@ -271,38 +498,35 @@ struct Product<'a> {
     len: usize,
 }
 
-impl Product<'_> {
-    fn stages(&self) -> usize {
-        self.len.div_ceil(DC)
-    }
-}
-
-/// `acc[a·nq + q] += Σ_c T[ty + 16a, c] · X[x.row0 + c, 4·(tx + 16q) ..+ 4]` over the block's
-/// columns `c`, for the tile `T` in workgroup memory; `acc` an `array<vec4<f32>, 4·nq>`.
+/// `acc[a·nq + q] += Σ_c T[ty + TY·a, c] · X[x.row0 + c, 4·(tx + TX·q) ..+ 4]` over the block's
+/// columns `c`, for the tile `T` in workgroup memory; `acc` an `array<vec4<f32>, RA·nq>`.
 struct ColumnProduct<'a> {
     acc: &'a str,
     x: Rows<'a>,
     width: usize,
+    /// Quads of the accumulator per row.
+    nq: usize,
+    /// Quads per staged row of X.
+    row_quads: usize,
+    /// X rows per stage.
+    rows_per_stage: usize,
 }
 
 impl ColumnProduct<'_> {
-    /// Quads of the accumulator per row.
-    fn nq(&self) -> usize {
-        self.width.div_ceil(64).max(1)
-    }
-
-    /// Quads per staged row of X.
-    fn row_quads(&self) -> usize {
-        16 * self.nq()
-    }
-
-    /// X rows per stage.
-    fn rows_per_stage(&self) -> usize {
-        16 / self.nq().next_power_of_two()
-    }
-
-    fn stages(&self) -> usize {
-        BC / self.rows_per_stage()
+    fn new<'a>(acc: &'a str, x: Rows<'a>, width: usize, t: &Tiling) -> ColumnProduct<'a> {
+        let nq = t.nq(width);
+        let row_quads = t.threads_x * nq;
+        // a power of two that a part's columns hold an even number of times (the first stage
+        // of every part uses buffer 0)
+        let rows_per_stage = (1 << (X_SLOT / row_quads).ilog2()).min(t.cols / t.parts / 2);
+        ColumnProduct {
+            acc,
+            x,
+            width,
+            nq,
+            row_quads,
+            rows_per_stage,
+        }
     }
 }
 
@@ -311,6 +535,8 @@ struct Body {
     nb: usize,
     /// Stage-loop iterations per column block.
     stages: u64,
+    t: Tiling,
+    lay: Layout,
 }
 
 const COMP: [&str; 4] = ["x", "y", "z", "w"];
@@ -337,10 +563,62 @@ impl Body {
         format!("tile_dead({})", a.join(", "))
     }
 
-    /// WGSL that loads this thread's quad of a head-dimension stage of `r` (row `lid / 4`,
-    /// words `d0 + 4·(lid % 4) ..+ 4`, zero past the ends) into `reg`.
-    fn load_product_quad(&mut self, indent: usize, reg: &str, r: Rows, len: usize, d0: &str) {
-        let partial = !len.is_multiple_of(DC);
+    /// Quads per thread of a product stage of `rows` rows.
+    fn product_quads(&self, rows: usize) -> usize {
+        rows * self.t.chunk / QUAD / self.t.threads()
+    }
+
+    /// Quads per thread of a column stage.
+    fn column_quads(&self) -> usize {
+        X_SLOT / self.t.threads()
+    }
+
+    /// The staging registers: the products' `pa`, `pb` and the column stages' `px`.
+    fn staging_registers(&self) -> String {
+        let mut t = String::new();
+        for (name, n) in [
+            ("pa", self.product_quads(self.t.rows)),
+            ("pb", self.product_quads(self.t.cols)),
+            ("px", self.column_quads()),
+        ] {
+            for i in 0..n {
+                writeln!(t, "var {}: vec4<f32>;", indexed(name, i, n)).unwrap();
+            }
+        }
+        t
+    }
+
+    /// Declares the score tiles `names` and the staging registers.
+    fn declare_registers(&mut self, names: &[&str]) {
+        let n = self.t.ra() * self.t.cg();
+        let mut t = String::new();
+        for name in names {
+            writeln!(t, "var {name}: array<vec4<f32>, {n}>;").unwrap();
+        }
+        t.push_str(&self.staging_registers());
+        self.line(1, &t);
+    }
+
+    /// The score quad and component of micro-tile element `(a, b)`.
+    fn elem(&self, v: &str, a: usize, b: usize) -> String {
+        format!("{v}[{}].{}", a * self.t.cg() + b / QUAD, COMP[b % QUAD])
+    }
+
+    /// WGSL that loads the thread's `i`-th quad of a head-dimension stage of `r` (quad
+    /// `u = lid + i·threads`: row `u / (DC/4)`, words `d0 + 4·(u % (DC/4)) ..+ 4`, zero past the
+    /// ends) into `reg`.
+    fn load_product_quad(
+        &mut self,
+        indent: usize,
+        reg: &str,
+        i: usize,
+        r: Rows,
+        len: usize,
+        d0: &str,
+    ) {
+        let (dc, cq) = (self.t.chunk, self.t.chunk / QUAD);
+        let u = stage_quad(i, self.t.threads());
+        let partial = !len.is_multiple_of(dc);
         let comps: Vec<String> = (0..4)
             .map(|c| {
                 if partial {
@@ -359,7 +637,7 @@ impl Body {
         self.line(
             indent,
             &format!(
-                "{{ let gr = {} + lid / 4u; let gd = {d0} + (lid % 4u) * 4u; let ok = gr < {}; let gr_ = min(gr, {} - 1u);\n  {reg} = vec4<f32>({}); }}",
+                "{{ let gr = {} + {u} / {cq}u; let gd = {d0} + (lid % {cq}u) * 4u; let ok = gr < {}; let gr_ = min(gr, {} - 1u);\n  {reg} = vec4<f32>({}); }}",
                 r.row0,
                 r.rows,
                 r.rows,
@@ -368,49 +646,88 @@ impl Body {
         );
     }
 
-    /// Loads stage `stage` (a WGSL expr) of a head-dimension product into `pa`, `pb`.
+    /// Loads stage `stage` (a WGSL expr) of a head-dimension product into `pa..`, `pb..`.
     fn load_product(&mut self, indent: usize, p: &Product, stage: &str) {
-        let d0 = format!("({stage}) * {DC}u");
-        self.load_product_quad(indent, "pa", p.a, p.len, &d0);
-        self.load_product_quad(indent, "pb", p.b, p.len, &d0);
+        let d0 = format!("({stage}) * {}u", self.t.chunk);
+        for (name, r) in [("pa", p.a), ("pb", p.b)] {
+            let rows = if name == "pa" {
+                self.t.rows
+            } else {
+                self.t.cols
+            };
+            let n = self.product_quads(rows);
+            for i in 0..n {
+                self.load_product_quad(indent, &indexed(name, i, n), i, r, p.len, &d0);
+            }
+        }
     }
 
-    /// Stores `pa`, `pb` into the product buffer at quad `slot` (a WGSL expr).
+    /// Stores `pa..`, `pb..` into the product buffer at quad `slot` (a WGSL expr).
     fn store_product(&mut self, indent: usize, slot: &str) {
-        self.line(
-            indent,
-            &format!("sm[{slot} + st_p] = pa;\nsm[{slot} + {P_B}u + st_p] = pb;"),
-        );
+        let mut t = Vec::new();
+        let stride = self.t.threads() / (self.t.chunk / QUAD) * self.lay.p_row;
+        for (name, rows, at) in [("pa", self.t.rows, 0), ("pb", self.t.cols, self.lay.p_b)] {
+            let n = self.product_quads(rows);
+            for i in 0..n {
+                let at = at + i * stride;
+                let off = if at == 0 {
+                    String::new()
+                } else {
+                    format!(" + {at}u")
+                };
+                t.push(format!("sm[{slot}{off} + st_p] = {};", indexed(name, i, n)));
+            }
+        }
+        self.line(indent, &t.join("\n"));
     }
 
     /// One stage's products from the buffer at quad `slot`.
     fn compute_product(&mut self, indent: usize, acc: &str, slot: &str) {
-        for s4 in 0..DC / QUAD {
+        let (ra, cb, cg) = (self.t.ra(), self.t.cb(), self.t.cg());
+        let (txs, tys, p_row) = (self.t.threads_x, self.t.threads_y, self.lay.p_row);
+        for s4 in 0..self.t.chunk / QUAD {
             let mut t = String::new();
-            for a in 0..4 {
+            for a in 0..ra {
                 write!(
                     t,
                     "let qa{a} = sm[{slot} + ra + {}u]; ",
-                    a * 16 * P_ROW + s4
+                    a * tys * p_row + s4
                 )
                 .unwrap();
             }
-            for b in 0..4 {
-                write!(t, "let qb{b} = sm[{slot} + rb + {}u];", b * 16 * P_ROW + s4).unwrap();
-                t.push(if b == 3 { '\n' } else { ' ' });
-            }
-            for c in COMP {
+            for b in 0..cb {
                 write!(
                     t,
-                    "  {{ let bc = vec4<f32>(qb0.{c}, qb1.{c}, qb2.{c}, qb3.{c}); "
+                    "let qb{b} = sm[{slot} + rb + {}u];",
+                    b * txs * p_row + s4
                 )
                 .unwrap();
-                for a in 0..4 {
+                t.push(if b == cb - 1 { '\n' } else { ' ' });
+            }
+            for c in COMP {
+                t.push_str("  { ");
+                for g in 0..cg {
+                    let qs: Vec<String> = (0..QUAD)
+                        .map(|k| format!("qb{}.{c}", QUAD * g + k))
+                        .collect();
                     write!(
                         t,
-                        "{acc}[{a}] = fma(vec4<f32>(qa{a}.{c}), bc, {acc}[{a}]); "
+                        "let {} = vec4<f32>({}); ",
+                        indexed("bc", g, cg),
+                        qs.join(", ")
                     )
                     .unwrap();
+                }
+                for a in 0..ra {
+                    for g in 0..cg {
+                        let n = a * cg + g;
+                        write!(
+                            t,
+                            "{acc}[{n}] = fma(vec4<f32>(qa{a}.{c}), {}, {acc}[{n}]); ",
+                            indexed("bc", g, cg)
+                        )
+                        .unwrap();
+                    }
                 }
                 t.push_str("}\n");
             }
@@ -421,23 +738,25 @@ impl Body {
     /// Head-dimension products, one after the other, each into its accumulator (zeroed here);
     /// ends with a barrier, every product buffer free.
     fn products(&mut self, indent: usize, ps: &[Product]) {
+        let n_acc = self.t.ra() * self.t.cg();
         for p in ps {
-            self.line(indent, &format!("{} = array<vec4<f32>, 4>();", p.acc));
+            self.line(indent, &format!("{} = array<vec4<f32>, {n_acc}>();", p.acc));
         }
         self.load_product(indent, &ps[0], "0u");
         self.store_product(indent, "0u");
         self.line(indent, "workgroupBarrier();");
         let mut first = 0;
+        let p_slot = self.lay.p_slot;
         for (i, p) in ps.iter().enumerate() {
-            let n = p.stages();
+            let n = p.len.div_ceil(self.t.chunk);
             self.stages += n as u64;
             let next = ps.get(i + 1);
             self.line(
                 indent,
                 &format!("for (var s = 0u; s < {n}u; s = s + 1u) {{"),
             );
-            let slot = format!("((s + {first}u) % 2u) * {P_SLOT}u");
-            let other = format!("((s + {}u) % 2u) * {P_SLOT}u", first + 1);
+            let slot = format!("((s + {first}u) % 2u) * {p_slot}u");
+            let other = format!("((s + {}u) % 2u) * {p_slot}u", first + 1);
             self.line(indent + 1, &format!("let so = {slot};\nlet sn = {other};"));
             let more = format!("s + 1u < {n}u");
             match next {
@@ -468,10 +787,19 @@ impl Body {
         }
     }
 
-    /// Loads stage `stage` (a WGSL expr) of a column product's X into `px`: this thread's quad
-    /// (row `lid / row_quads`, words `4·(lid % row_quads) ..+ 4`), zero past the ends.
-    fn load_column_stage(&mut self, indent: usize, c: &ColumnProduct, stage: &str) {
-        let (rq, rs) = (c.row_quads(), c.rows_per_stage());
+    /// The first row of column part `part` of X.
+    fn part_row0(&self, c: &ColumnProduct, part: usize) -> String {
+        match part * self.t.cols / self.t.parts {
+            0 => c.x.row0.to_string(),
+            at => format!("{} + {at}u", c.x.row0),
+        }
+    }
+
+    /// Loads stage `stage` (a WGSL expr) of a column product's X (part `part`) into `px..`:
+    /// the thread's quads `u = lid + i·threads` (row `u / row_quads`, words
+    /// `4·(u % row_quads) ..+ 4`), zero past the ends.
+    fn load_column_stage(&mut self, indent: usize, c: &ColumnProduct, stage: &str, part: usize) {
+        let (rq, rs) = (c.row_quads, c.rows_per_stage);
         let partial = !c.width.is_multiple_of(QUAD * rq);
         let comps: Vec<String> = (0..4)
             .map(|k| {
@@ -490,32 +818,59 @@ impl Body {
                 }
             })
             .collect();
-        let in_stage = if rq * rs < X_SLOT {
-            format!(" && lid < {}u", rq * rs)
-        } else {
-            String::new()
-        };
-        self.line(
-            indent,
-            &format!(
-                "{{ let gr = {} + ({stage}) * {rs}u + lid / {rq}u; let gc = (lid % {rq}u) * 4u; let ok = gr < {}{in_stage}; let gr_ = min(gr, {} - 1u);\n  px = vec4<f32>({}); }}",
-                c.x.row0,
-                c.x.rows,
-                c.x.rows,
-                comps.join(", ")
-            ),
-        );
+        let row0 = self.part_row0(c, part);
+        let n = self.column_quads();
+        for i in 0..n {
+            let u = stage_quad(i, self.t.threads());
+            let in_stage = if rq * rs < X_SLOT {
+                format!(" && {u} < {}u", rq * rs)
+            } else {
+                String::new()
+            };
+            self.line(
+                indent,
+                &format!(
+                    "{{ let gr = {row0} + ({stage}) * {rs}u + {u} / {rq}u; let gc = ({u} % {rq}u) * 4u; let ok = gr < {}{in_stage}; let gr_ = min(gr, {} - 1u);\n  {} = vec4<f32>({}); }}",
+                    c.x.rows,
+                    c.x.rows,
+                    indexed("px", i, n),
+                    comps.join(", ")
+                ),
+            );
+        }
     }
 
-    /// One stage's column products (tile columns `stage · rows_per_stage ..`) from the buffer at
-    /// quad `slot`.
+    /// Stores `px..` into the column buffer at quad `slot` (a WGSL expr).
+    fn store_column_stage(&self, slot: &str) -> String {
+        let n = self.column_quads();
+        (0..n)
+            .map(|i| {
+                let off = if i == 0 {
+                    String::new()
+                } else {
+                    format!(" + {}u", i * self.t.threads())
+                };
+                format!("sm[{slot} + lid{off}] = {};", indexed("px", i, n))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// One stage's column products (tile columns `stage · rows_per_stage ..` of the part) from
+    /// the buffer at quad `slot`.
     fn compute_column(&mut self, indent: usize, c: &ColumnProduct, slot: &str, stage: &str) {
-        let (nq, rq, rs) = (c.nq(), c.row_quads(), c.rows_per_stage());
+        let (nq, rq, rs) = (c.nq, c.row_quads, c.rows_per_stage);
+        let (ra, txs, tys, t_row) = (
+            self.t.ra(),
+            self.t.threads_x,
+            self.t.threads_y,
+            self.lay.t_row,
+        );
         self.line(indent, &format!("let tq = ({stage}) * {}u;", rs / QUAD));
         for j4 in 0..rs / QUAD {
             let mut t = String::new();
-            for a in 0..4 {
-                write!(t, "let t{a} = sm[rt + tq + {}u]; ", a * 16 * T_ROW + j4).unwrap();
+            for a in 0..ra {
+                write!(t, "let t{a} = sm[rt + tq + {}u]; ", a * tys * t_row + j4).unwrap();
             }
             t.push('\n');
             for (jj, comp) in COMP.iter().enumerate() {
@@ -524,11 +879,11 @@ impl Body {
                     write!(
                         t,
                         "let x{q} = sm[{slot} + tx + {}u]; ",
-                        (QUAD * j4 + jj) * rq + 16 * q
+                        (QUAD * j4 + jj) * rq + txs * q
                     )
                     .unwrap();
                 }
-                for a in 0..4 {
+                for a in 0..ra {
                     for q in 0..nq {
                         let n = a * nq + q;
                         write!(
@@ -545,17 +900,19 @@ impl Body {
         }
     }
 
-    /// Loads and stores a column product's first stage (before the barrier that publishes the
-    /// tile).
-    fn column_first_stage(&mut self, indent: usize, c: &ColumnProduct) {
-        self.load_column_stage(indent, c, "0u");
-        self.line(indent, &format!("sm[{X_AT}u + lid] = px;"));
+    /// Loads and stores a column product's first stage of part `part` (before the barrier that
+    /// publishes that part of the tile).
+    fn column_first_stage(&mut self, indent: usize, c: &ColumnProduct, part: usize) {
+        self.load_column_stage(indent, c, "0u", part);
+        let at = format!("{}u", self.lay.x_at);
+        let store = self.store_column_stage(&at);
+        self.line(indent, &store);
     }
 
-    /// The column product's stages, its first already stored and the tile published; ends with
-    /// a barrier.
-    fn column_product(&mut self, indent: usize, c: &ColumnProduct) {
-        let n = c.stages();
+    /// The column product's stages over part `part`, its first already stored and the tile
+    /// part published; ends with a barrier.
+    fn column_product(&mut self, indent: usize, c: &ColumnProduct, part: usize) {
+        let n = self.t.cols / self.t.parts / c.rows_per_stage;
         debug_assert!(
             n.is_multiple_of(2),
             "a column product's first stage uses buffer 0"
@@ -565,43 +922,56 @@ impl Body {
             indent,
             &format!("for (var s = 0u; s < {n}u; s = s + 1u) {{"),
         );
+        let x_at = self.lay.x_at;
         self.line(
             indent + 1,
             &format!(
-                "let so = {X_AT}u + (s % 2u) * {X_SLOT}u;\nlet sn = {X_AT}u + ((s + 1u) % 2u) * {X_SLOT}u;"
+                "let so = {x_at}u + (s % 2u) * {X_SLOT}u;\nlet sn = {x_at}u + ((s + 1u) % 2u) * {X_SLOT}u;"
             ),
         );
         self.line(indent + 1, &format!("if (s + 1u < {n}u) {{"));
-        self.load_column_stage(indent + 2, c, "s + 1u");
+        self.load_column_stage(indent + 2, c, "s + 1u", part);
         self.line(indent + 1, "}");
         self.compute_column(indent + 1, c, "so", "s");
+        let store = self.store_column_stage("sn");
         self.line(
             indent + 1,
-            &format!("if (s + 1u < {n}u) {{ sm[sn + lid] = px; }}\nworkgroupBarrier();"),
+            &format!("if (s + 1u < {n}u) {{ {store} }}\nworkgroupBarrier();"),
         );
         self.line(indent, "}");
     }
 
-    /// `c` over the tile `v` (see [`Body::write_tile`]): the first stage of the streamed operand
-    /// loaded, the tile written, then the product; inside a column block (indent 2).
+    /// `c` over the tile `v` (see [`Body::write_tile`]), part by part: the first stage of the
+    /// streamed operand loaded, the part written, then the product; inside a column block
+    /// (indent 2).
     fn tile_product(&mut self, v: &str, c: &ColumnProduct) {
-        self.column_first_stage(2, c);
-        self.write_tile(2, v);
-        self.line(2, "workgroupBarrier();");
-        self.column_product(2, c);
+        for part in 0..self.t.parts {
+            self.tile_part(v, c, part);
+        }
     }
 
-    /// Writes `v[a][b]` (an `array<vec4<f32>, 4>`) to the tile.
-    fn write_tile(&mut self, indent: usize, v: &str) {
+    /// Part `part` of [`Body::tile_product`].
+    fn tile_part(&mut self, v: &str, c: &ColumnProduct, part: usize) {
+        self.column_first_stage(2, c, part);
+        self.write_tile(2, v, part);
+        self.line(2, "workgroupBarrier();");
+        self.column_product(2, c, part);
+    }
+
+    /// Writes the columns of part `part` of `v` (a score micro-tile) to the tile.
+    fn write_tile(&mut self, indent: usize, v: &str, part: usize) {
+        let (cb, parts) = (self.t.cb(), self.t.parts);
+        let (txs, tys, t_row) = (self.t.threads_x, self.t.threads_y, self.lay.t_row);
+        let bs = part * cb / parts..(part + 1) * cb / parts;
         let mut t = String::new();
-        for a in 0..4 {
-            let row: Vec<String> = COMP
-                .iter()
-                .enumerate()
-                .map(|(b, comp)| {
+        for a in 0..self.t.ra() {
+            let row: Vec<String> = bs
+                .clone()
+                .map(|b| {
                     format!(
-                        "sm[tw + {}u][tc] = {v}[{a}].{comp};",
-                        a * 16 * T_ROW + QUAD * b
+                        "sm[tw + {}u][tc] = {};",
+                        a * tys * t_row + txs * (b - bs.start) / QUAD,
+                        self.elem(v, a, b)
                     )
                 })
                 .collect();
@@ -614,12 +984,12 @@ impl Body {
     fn declare_acc(&mut self, c: &ColumnProduct) {
         self.line(
             1,
-            &format!("var {}: array<vec4<f32>, {}>;", c.acc, QUAD * c.nq()),
+            &format!("var {}: array<vec4<f32>, {}>;", c.acc, self.t.ra() * c.nq),
         );
     }
 
     /// Writes the rows' accumulator `acc` (`width` columns), each value as `value(expr, a)` for
-    /// row `ty + 16a`, to `out`; rows past `rows` (a WGSL expr) are not written.
+    /// row `ty + TY·a`, to `out`; rows past `rows` (a WGSL expr) are not written.
     fn store_rows(
         &mut self,
         out: &Mat,
@@ -628,18 +998,19 @@ impl Body {
         rows: &str,
         value: &dyn Fn(&str, usize) -> String,
     ) {
-        let nq = width.div_ceil(64).max(1);
-        for a in 0..4 {
+        let (txs, tys) = (self.t.threads_x, self.t.threads_y);
+        let nq = self.t.nq(width);
+        for a in 0..self.t.ra() {
             let mut t = format!(
                 "{{ let i = row0 + ty + {}u;\n  if (i < {rows}) {{\n",
-                16 * a
+                tys * a
             );
             for q in 0..nq {
                 for (k, comp) in COMP.iter().enumerate() {
-                    let col = format!("(tx + {}u) * 4u + {k}u", 16 * q);
+                    let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
                     let v = value(&format!("{acc}[{}].{comp}", a * nq + q), a);
                     let store = format!("{}[{}] = {v};", out.arena, out.at("i", &col));
-                    if 64 * q + QUAD * 15 + k < width {
+                    if QUAD * (txs * q + txs - 1) + k < width {
                         writeln!(t, "    {store}").unwrap();
                     } else {
                         writeln!(t, "    if ({col} < {width}u) {{ {store} }}").unwrap();
@@ -651,30 +1022,49 @@ impl Body {
         }
     }
 
+    /// The quad of the forward's row statistics where thread `(tx, ty)` keeps row
+    /// `ty + TY·a` (component `tc`), or, with `k4`, the row's quad `k4`.
+    fn red(&self, a: usize, k4: Option<usize>) -> String {
+        let row_quads = self.t.threads_x / QUAD;
+        let at = self.lay.red_at;
+        let rows = a * self.t.threads_y * row_quads;
+        match k4 {
+            None => format!("sm[{at}u + ty * {row_quads}u + tx / 4u + {rows}u][tc]"),
+            Some(k4) => format!("sm[{at}u + ty * {row_quads}u + {}u]", rows + k4),
+        }
+    }
+
     fn forward(&mut self, q: &Mat, k: &Mat, v: &Mat, o: &Mat, l: &Mat, f: &Flash) {
-        let pv = ColumnProduct {
-            acc: "acc",
-            x: Rows {
+        let (ra, cb, cg) = (self.t.ra(), self.t.cb(), self.t.cg());
+        let (txs, tys, bc, br) = (self.t.threads_x, self.t.threads_y, self.t.cols, self.t.rows);
+        let t = self.t;
+        let pv = ColumnProduct::new(
+            "acc",
+            Rows {
                 m: v,
                 row0: "col0",
                 rows: "SK",
             },
-            width: f.dv,
-        };
-        let nq = pv.nq();
+            f.dv,
+            &t,
+        );
+        let nq = pv.nq;
+        self.declare_registers(&["x"]);
         self.line(
             1,
             &format!(
-                "var x: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;\nvar m = vec4<f32>({NEG_INF});\nvar l = vec4<f32>(0.0);"
+                "var m = {};\nvar l = {};",
+                per_row(ra, NEG_INF),
+                per_row(ra, "0.0")
             ),
         );
         self.declare_acc(&pv);
-        self.line(1, &format!("let blocks = (SK + {BC}u - 1u) / {BC}u;"));
+        self.line(1, &format!("let blocks = (SK + {bc}u - 1u) / {bc}u;"));
         self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
-        self.line(1, &format!("let col0 = kb * {BC}u;"));
+        self.line(1, &format!("let col0 = kb * {bc}u;"));
         let dead = self.dead(
-            ("row0", &format!("row0 + {}u", BR - 1)),
-            ("col0", &format!("col0 + {}u", BC - 1)),
+            ("row0", &format!("row0 + {}u", br - 1)),
+            ("col0", &format!("col0 + {}u", bc - 1)),
         );
         self.line(1, &format!("if (!{dead}) {{"));
         self.products(
@@ -695,92 +1085,99 @@ impl Body {
             }],
         );
         // scores, -inf past the keys; this thread's row maxima to the row statistics
-        for a in 0..4 {
+        for a in 0..ra {
             let mut t = String::new();
-            for (b, comp) in COMP.iter().enumerate() {
+            for b in 0..cb {
                 let (i, j) = (
-                    format!("row0 + ty + {}u", 16 * a),
-                    format!("col0 + tx + {}u", 16 * b),
+                    format!("row0 + ty + {}u", tys * a),
+                    format!("col0 + tx + {}u", txs * b),
                 );
+                let x = self.elem("x", a, b);
                 writeln!(
                     t,
-                    "x[{a}].{comp} = select({NEG_INF}, score(x[{a}].{comp}, {}), {j} < SK);",
+                    "{x} = select({NEG_INF}, score({x}, {}), {j} < SK);",
                     self.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)")),
                 )
                 .unwrap();
             }
-            write!(
-                t,
-                "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = max_nan(max_nan(x[{a}].x, x[{a}].y), max_nan(x[{a}].z, x[{a}].w));",
-                a * 16 * QUAD
-            )
-            .unwrap();
+            let maxima: Vec<String> = (0..cg)
+                .map(|g| {
+                    let x = format!("x[{}]", a * cg + g);
+                    format!("max_nan(max_nan({x}.x, {x}.y), max_nan({x}.z, {x}.w))")
+                })
+                .collect();
+            write!(t, "{} = {};", self.red(a, None), max_all(&maxima)).unwrap();
             self.line(2, &t);
         }
-        self.column_first_stage(2, &pv);
+        self.column_first_stage(2, &pv, 0);
         self.line(2, "workgroupBarrier();");
         // the rows' new maxima; probabilities to the tile, sums and accumulators rescaled
-        for a in 0..4 {
+        for a in 0..ra {
             let mut t = format!("{{ var mb = m[{a}];\n");
-            for k4 in 0..4 {
-                let r = format!("sm[{RED_AT}u + ty * 4u + {}u]", a * 16 * QUAD + k4);
+            for k4 in 0..txs / QUAD {
                 writeln!(
                     t,
-                    "  {{ let r = {r}; mb = max_nan(max_nan(mb, max_nan(r.x, r.y)), max_nan(r.z, r.w)); }}"
+                    "  {{ let r = {}; mb = max_nan(max_nan(mb, max_nan(r.x, r.y)), max_nan(r.z, r.w)); }}",
+                    self.red(a, Some(k4))
                 )
                 .unwrap();
             }
             write!(
                 t,
-                "  let ms = select(mb, 0.0, mb == {NEG_INF});\n  let alpha = exp(m[{a}] - ms);\n  m[{a}] = mb;\n  x[{a}] = exp(x[{a}] - vec4<f32>(ms));\n  l[{a}] = l[{a}] * alpha + (x[{a}].x + x[{a}].y) + (x[{a}].z + x[{a}].w);\n"
+                "  let ms = select(mb, 0.0, mb == {NEG_INF});\n  let alpha = exp(m[{a}] - ms);\n  m[{a}] = mb;\n"
             )
             .unwrap();
+            let mut sums = String::new();
+            for g in 0..cg {
+                let x = format!("x[{}]", a * cg + g);
+                writeln!(t, "  {x} = exp({x} - vec4<f32>(ms));").unwrap();
+                write!(sums, " + ({x}.x + {x}.y) + ({x}.z + {x}.w)").unwrap();
+            }
+            writeln!(t, "  l[{a}] = l[{a}] * alpha{sums};").unwrap();
             for qq in 0..nq {
                 writeln!(t, "  acc[{n}] = acc[{n}] * alpha;", n = a * nq + qq).unwrap();
             }
             t.push('}');
             self.line(2, &t);
         }
-        self.write_tile(2, "x");
+        self.write_tile(2, "x", 0);
         self.line(2, "workgroupBarrier();");
-        self.column_product(2, &pv);
+        self.column_product(2, &pv, 0);
+        for part in 1..self.t.parts {
+            self.tile_part("x", &pv, part);
+        }
         self.line(1, "}");
         self.line(1, "}");
         // the rows' sums, then the results
-        for a in 0..4 {
-            self.line(
-                1,
-                &format!(
-                    "sm[{RED_AT}u + ty * 4u + tx / 4u + {}u][tc] = l[{a}];",
-                    a * 16 * QUAD
-                ),
-            );
+        for a in 0..ra {
+            let r = self.red(a, None);
+            self.line(1, &format!("{r} = l[{a}];"));
         }
-        self.line(1, "workgroupBarrier();\nvar lt = vec4<f32>(0.0);");
-        for a in 0..4 {
+        self.line(
+            1,
+            &format!("workgroupBarrier();\nvar lt = {};", per_row(ra, "0.0")),
+        );
+        for a in 0..ra {
             let mut t = String::from("{ ");
-            for k4 in 0..4 {
-                write!(
-                    t,
-                    "let r{k4} = sm[{RED_AT}u + ty * 4u + {}u]; ",
-                    a * 16 * QUAD + k4
-                )
-                .unwrap();
+            let parts: Vec<String> = (0..txs / QUAD).map(|k4| format!("r{k4}")).collect();
+            for k4 in 0..txs / QUAD {
+                write!(t, "let r{k4} = {}; ", self.red(a, Some(k4))).unwrap();
             }
             write!(
                 t,
-                "let r = (r0 + r1) + (r2 + r3); lt[{a}] = (r.x + r.y) + (r.z + r.w); }}"
+                "let r = {}; lt[{a}] = (r.x + r.y) + (r.z + r.w); }}",
+                sum(&parts)
             )
             .unwrap();
             self.line(1, &t);
         }
         self.store_rows(o, "acc", f.dv, "SQ", &|x, a| format!("{x} / lt[{a}]"));
-        for a in 0..4 {
+        for a in 0..ra {
             self.line(
                 1,
                 &format!(
                     "{{ let i = row0 + ty + {}u; if (i < SQ && tx == 0u) {{ {}[{}] = select(m[{a}] + log(lt[{a}]), {NAN}, m[{a}] == {NEG_INF}); }} }}",
-                    16 * a,
+                    tys * a,
                     l.arena,
                     l.at("i", "0u")
                 ),
@@ -792,16 +1189,18 @@ impl Body {
     /// (`Q·Kᵀ`) and `y` (`dO·Vᵀ`); `lse`/`delta` are read per query. `transposed`: rows are
     /// keys and columns queries.
     fn probabilities_and_gradients(&mut self, lse: &Mat, delta: &Mat, transposed: bool) {
+        let (txs, tys) = (self.t.threads_x, self.t.threads_y);
         // per query: L and D (rows' or columns' queries)
         let query = |n: usize| {
             if transposed {
-                format!("col0 + tx + {}u", 16 * n)
+                format!("col0 + tx + {}u", txs * n)
             } else {
-                format!("row0 + ty + {}u", 16 * n)
+                format!("row0 + ty + {}u", tys * n)
             }
         };
+        let queries = if transposed { self.t.cb() } else { self.t.ra() };
         let mut t = String::new();
-        for n in 0..4 {
+        for n in 0..queries {
             let ic = format!("min({}, SQ - 1u)", query(n));
             writeln!(
                 t,
@@ -812,18 +1211,19 @@ impl Body {
             .unwrap();
         }
         self.line(2, &t);
-        for a in 0..4 {
+        for a in 0..self.t.ra() {
             let mut t = String::new();
-            for (b, comp) in COMP.iter().enumerate() {
+            for b in 0..self.t.cb() {
                 let (r, c) = (
-                    format!("row0 + ty + {}u", 16 * a),
-                    format!("col0 + tx + {}u", 16 * b),
+                    format!("row0 + ty + {}u", tys * a),
+                    format!("col0 + tx + {}u", txs * b),
                 );
                 let (i, j, n) = if transposed { (c, r, b) } else { (r, c, a) };
                 let co = self.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)"));
+                let (x, y) = (self.elem("x", a, b), self.elem("y", a, b));
                 write!(
                     t,
-                    "{{ let live = {i} < SQ && {j} < SK; let pr = select(0.0, exp(score(x[{a}].{comp}, {co}) - lq{n}), live);\n  y[{a}].{comp} = select(0.0, dscore(pr * (y[{a}].{comp} - dq{n}), {co}), live); x[{a}].{comp} = pr; }}\n"
+                    "{{ let live = {i} < SQ && {j} < SK; let pr = select(0.0, exp(score({x}, {co}) - lq{n}), live);\n  {y} = select(0.0, dscore(pr * ({y} - dq{n}), {co}), live); {x} = pr; }}\n"
                 )
                 .unwrap();
             }
@@ -832,26 +1232,26 @@ impl Body {
     }
 
     fn backward_dq(&mut self, o: &Operands, out: &Mat, f: &Flash) {
-        let gk = ColumnProduct {
-            acc: "acc",
-            x: Rows {
+        let t = self.t;
+        let (bc, br) = (t.cols, t.rows);
+        let gk = ColumnProduct::new(
+            "acc",
+            Rows {
                 m: o.k,
                 row0: "col0",
                 rows: "SK",
             },
-            width: f.d,
-        };
-        self.line(
-            1,
-            "var x: array<vec4<f32>, 4>;\nvar y: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;",
+            f.d,
+            &t,
         );
+        self.declare_registers(&["x", "y"]);
         self.declare_acc(&gk);
-        self.line(1, &format!("let blocks = (SK + {BC}u - 1u) / {BC}u;"));
+        self.line(1, &format!("let blocks = (SK + {bc}u - 1u) / {bc}u;"));
         self.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
-        self.line(1, &format!("let col0 = kb * {BC}u;"));
+        self.line(1, &format!("let col0 = kb * {bc}u;"));
         let dead = self.dead(
-            ("row0", &format!("row0 + {}u", BR - 1)),
-            ("col0", &format!("col0 + {}u", BC - 1)),
+            ("row0", &format!("row0 + {}u", br - 1)),
+            ("col0", &format!("col0 + {}u", bc - 1)),
         );
         self.line(1, &format!("if (!{dead}) {{"));
         let (qr, dor) = (
@@ -903,6 +1303,8 @@ impl Body {
     }
 
     fn backward_dkdv(&mut self, o: &Operands, outs: &[Mat], f: &Flash) {
+        let t = self.t;
+        let (bc, br) = (t.cols, t.rows);
         let (qr, dor) = (
             Rows {
                 m: o.q,
@@ -927,29 +1329,18 @@ impl Body {
                 rows: "SK",
             },
         );
-        let pdo = ColumnProduct {
-            acc: "dv",
-            x: dor,
-            width: f.dv,
-        };
-        let gq = ColumnProduct {
-            acc: "dk",
-            x: qr,
-            width: f.d,
-        };
-        self.line(
-            1,
-            "var x: array<vec4<f32>, 4>;\nvar y: array<vec4<f32>, 4>;\nvar pa: vec4<f32>;\nvar pb: vec4<f32>;\nvar px: vec4<f32>;",
-        );
+        let pdo = ColumnProduct::new("dv", dor, f.dv, &t);
+        let gq = ColumnProduct::new("dk", qr, f.d, &t);
+        self.declare_registers(&["x", "y"]);
         self.declare_acc(&pdo);
         self.declare_acc(&gq);
-        self.line(1, &format!("let blocks = (SQ + {BC}u - 1u) / {BC}u;"));
+        self.line(1, &format!("let blocks = (SQ + {bc}u - 1u) / {bc}u;"));
         self.line(1, "for (var qb = 0u; qb < blocks; qb = qb + 1u) {");
-        self.line(1, &format!("let col0 = qb * {BC}u;"));
+        self.line(1, &format!("let col0 = qb * {bc}u;"));
         // rows are keys, columns queries: the tile is dead when its transpose is
         let dead = self.dead(
-            ("col0", &format!("col0 + {}u", BC - 1)),
-            ("row0", &format!("row0 + {}u", BR - 1)),
+            ("col0", &format!("col0 + {}u", bc - 1)),
+            ("row0", &format!("row0 + {}u", br - 1)),
         );
         self.line(1, &format!("if (!{dead}) {{"));
         self.products(
@@ -980,10 +1371,6 @@ impl Body {
     }
 }
 
-/// `fn tile_dead(batch coords.., i0, i1, j0, j1) -> bool`: whether the score program is
-/// certainly `-inf` for every query in `[i0, i1]` and key in `[j0, j1]`, by interval arithmetic
-/// over its instructions (the raw product and values read from memory are unknown). `false` is
-/// always safe.
 fn tile_dead_fn(p: &Program, nb: usize) -> String {
     use sinter_ir::Op;
     let mut s = String::new();
@@ -1099,4 +1486,81 @@ fn tile_dead_fn(p: &Program, nb: usize) -> String {
     let out = p.outputs[0].value;
     writeln!(s, "    return hi{out} == NEG;\n}}").unwrap();
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every named tiling, as every kernel at every head width uses it, fits what its
+    /// emitter assumes: whole quads per thread in every stage, 32 KiB of workgroup memory, the
+    /// tile, column buffers and row statistics apart, even column-stage counts, and the
+    /// register budget.
+    #[test]
+    fn tilings_fit() {
+        let kinds = [
+            FlashKind::Forward,
+            FlashKind::BackwardDq,
+            FlashKind::BackwardDkDv,
+        ];
+        let budget = Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM);
+        for &(name, named) in &Tiling::NAMED {
+            for kind in kinds {
+                for d in (1..=MAX_HEAD_DIM).step_by(7).chain([MAX_HEAD_DIM]) {
+                    let t = named.for_kernel(kind, d, d);
+                    let why = format!("tiling {name} ({t:?}), {kind:?}, d = {d}");
+                    assert!(t.registers(kind, d, d) <= budget, "{why}");
+                    assert!(t.threads() <= 256, "{why}");
+                    assert!(
+                        t.rows.is_multiple_of(t.threads_y) && t.cols.is_multiple_of(t.threads_x),
+                        "{why}"
+                    );
+                    assert!(
+                        t.cb().is_multiple_of(QUAD) && t.threads_x.is_multiple_of(QUAD),
+                        "{why}"
+                    );
+                    assert!(t.cb().is_multiple_of(t.parts), "{why}");
+                    let cq = t.chunk / QUAD;
+                    assert!(
+                        t.chunk.is_multiple_of(QUAD) && t.threads().is_multiple_of(cq),
+                        "{why}"
+                    );
+                    for rows in [t.rows, t.cols] {
+                        assert!((rows * cq).is_multiple_of(t.threads()), "{why}");
+                    }
+                    assert!(X_SLOT.is_multiple_of(t.threads()), "{why}");
+                    let lay = Layout::of(&t);
+                    assert!(lay.quads(true) <= SHARED_QUADS, "{why}");
+                    assert!(
+                        t.rows * lay.t_row <= lay.x_at,
+                        "{why}: tile over the column buffers"
+                    );
+                    assert!(
+                        lay.red_at >= lay.x_at + X_SLOT,
+                        "{why}: statistics over the first column buffer"
+                    );
+                    let m = Mat {
+                        arena: String::new(),
+                        base: String::new(),
+                        batch: Vec::new(),
+                        row: String::new(),
+                        col: String::new(),
+                    };
+                    let x = Rows {
+                        m: &m,
+                        row0: "",
+                        rows: "",
+                    };
+                    let c = ColumnProduct::new("acc", x, d, &t);
+                    let part = t.cols / t.parts;
+                    assert!(c.rows_per_stage >= QUAD, "{why}");
+                    assert!(part.is_multiple_of(2 * c.rows_per_stage), "{why}");
+                }
+            }
+        }
+        // the default keeps its historical layout (the WGSL snapshots pin its text)
+        let a = Layout::of(&Tiling::A);
+        assert_eq!((a.p_slot, a.x_at, a.red_at), (640, 1280, 1792));
+        assert_eq!((a.quads(false), a.quads(true)), (1792, 2048));
+    }
 }

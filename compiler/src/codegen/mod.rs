@@ -60,11 +60,13 @@ pub struct KernelSource {
 /// the runtime refuses to run it on lavapipe rather than return a short result.
 pub const LOOP_BUDGET: u64 = 65535;
 
-/// Writes the WGSL of one kernel; `quad_aliases` as in [`crate::Options::quad_aliases`].
+/// Writes the WGSL of one kernel; `quad_aliases` as in [`crate::Options::quad_aliases`],
+/// `flash_tile` as in [`crate::Options::flash_tile`].
 pub fn emit(
     plan: &KernelPlan,
     mem: &MemoryPlan,
     quad_aliases: bool,
+    flash_tile: flash::Tiling,
 ) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
@@ -90,7 +92,7 @@ pub fn emit(
         KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
-        KernelPlan::Flash(k) => flash::emit(&mut e, k),
+        KernelPlan::Flash(k) => flash::emit(&mut e, k, flash_tile),
     };
     e.finish(plan.pattern(), &body, workgroups, shared)
 }
