@@ -214,10 +214,29 @@ fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Pr
 /// the other stored values).
 #[derive(Default)]
 pub struct State {
+    /// `(consumer node, operand, producer node)` of every inline tried, kept or not.
     tried: Mutex<HashSet<(ENode, usize, ENode)>>,
+    /// `(consumer node, operand, anchor node)` of every epilogue tried, kept or not.
+    tried_epilogues: Mutex<HashSet<(ENode, usize, ENode)>>,
     /// By fused node (kernel or epilogue) with canonical operands.
     absorbed: Mutex<HashMap<ENode, Arc<Vec<Id>>>>,
+    largest: Mutex<Largest>,
     pub barrier: HashSet<Id>,
+}
+
+/// [`largest_node`] of each class and role, remembered between e-graph rebuilds. Between two
+/// rebuilds a class's node list only grows (`add` makes one-node classes, `union` concatenates
+/// lists), so an entry is current while its class has as many nodes as when it was scanned.
+/// A rebuild sorts, deduplicates and re-canonicalizes the lists, so the first search after
+/// an application starts afresh; so does a union of two classes that both existed (it changes
+/// other nodes' canonical operands, by which [`State::inside`] looks them up).
+#[derive(Default)]
+struct Largest {
+    /// An application happened since the entries were made (the runner rebuilds after it).
+    stale: bool,
+    /// By canonical class and role (consumer or producer): the class's node count when
+    /// scanned, and its largest fusible node.
+    by_class: HashMap<(Id, bool), (usize, Option<Ranked>)>,
 }
 
 impl State {
@@ -233,9 +252,9 @@ impl State {
             })
             .collect();
         State {
-            tried: Mutex::new(HashSet::default()),
             absorbed: Mutex::new(absorbed),
             barrier,
+            ..State::default()
         }
     }
 
@@ -266,14 +285,73 @@ impl State {
             && inner.is_some_and(|inner| inner.iter().any(|&c| self.barrier.contains(&g.find(c))))
     }
 
-    fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
-        if matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
-            self.absorbed
-                .lock()
-                .expect("not poisoned")
-                .entry(canonical(g, node))
-                .or_insert_with(|| Arc::new(inner));
+    fn lock_largest(&self) -> std::sync::MutexGuard<'_, Largest> {
+        self.largest.lock().expect("not poisoned")
+    }
+
+    /// Called before a fusion rule searches: forgets the largest nodes after an application.
+    fn searching(&self) {
+        let mut largest = self.lock_largest();
+        if largest.stale {
+            largest.by_class.clear();
+            largest.stale = false;
         }
+    }
+
+    /// Adds `fused` to the e-graph in class `eclass` (the rules' last step); returns the
+    /// changed class, if any.
+    fn add(&self, g: &mut Graph, fused: ENode, eclass: Id) -> Vec<Id> {
+        let classes = g.number_of_classes();
+        let before = g.find(eclass);
+        let old_len = g[before].nodes.len();
+        let id = g.add(fused.clone());
+        let existed = g.number_of_classes() == classes;
+        let changed = g.union(id, eclass);
+        let ranks = [true, false].map(|consumer| rank(g, &fused, consumer, self));
+        let mut largest = self.lock_largest();
+        largest.stale = true;
+        if existed && changed {
+            // two old classes merged: other nodes' operands are no longer canonical
+            largest.by_class.clear();
+        } else if changed && old_len > 1 {
+            // the class's nodes are its old nodes and then `fused` (a union puts the longer
+            // list first), so its largest node is the old one unless `fused` is larger
+            let root = g.find(eclass);
+            for (consumer, rank) in [true, false].into_iter().zip(ranks) {
+                let Some((len, best)) = largest.by_class.remove(&(before, consumer)) else {
+                    continue;
+                };
+                if len != old_len {
+                    continue;
+                }
+                let best = match rank {
+                    Some(r) if best.as_ref().is_none_or(|(b, _)| r > *b) => {
+                        Some((r, fused.clone()))
+                    }
+                    _ => best,
+                };
+                largest.by_class.insert((root, consumer), (len + 1, best));
+            }
+        }
+        if changed { vec![id] } else { Vec::new() }
+    }
+
+    fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
+        if !matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
+            return;
+        }
+        let key = canonical(g, node);
+        let mut absorbed = self.absorbed.lock().expect("not poisoned");
+        if absorbed.contains_key(&key) {
+            return;
+        }
+        // a node already in the e-graph (made by another rule) changes its size
+        if let Some(c) = g.lookup(key.clone()) {
+            let mut largest = self.lock_largest();
+            largest.by_class.remove(&(c, true));
+            largest.by_class.remove(&(c, false));
+        }
+        absorbed.insert(key, Arc::new(inner));
     }
 }
 
@@ -319,29 +397,80 @@ pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode
 }
 
 /// The largest fusible node of class `c` (most classes computed inside, then most
-/// instructions) that does not compute a barrier class inside itself.
+/// instructions) that does not compute a barrier class inside itself; remembered in
+/// [`State::largest`] until the class changes.
 fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<ENode> {
-    let mut best: Option<((usize, usize), &ENode)> = None;
+    let c = g.find(c);
+    let len = g[c].nodes.len();
+    if let Some((scanned, best)) = state.lock_largest().by_class.get(&(c, consumer))
+        && *scanned == len
+    {
+        return best.as_ref().map(|(_, n)| n.clone());
+    }
+    let best = scan_largest(g, c, consumer, state);
+    let node = best.as_ref().map(|(_, n)| n.clone());
+    state
+        .lock_largest()
+        .by_class
+        .insert((c, consumer), (len, best));
+    node
+}
+
+/// [`largest_node`] without the memo: one pass over the class's nodes, the first of the
+/// largest kept.
+fn scan_largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<Ranked> {
+    let mut best: Option<(Rank, &ENode)> = None;
     for n in &g[c].nodes {
-        let Some(size) = fusible_size(n, consumer) else {
-            continue;
-        };
-        let inner = state.inside(g, n);
-        if state.crosses_barrier(g, inner.as_deref()) {
-            continue;
-        }
-        let key = (inner.map_or(0, |v| v.len()), size);
-        if best.is_none_or(|(b, _)| key > b) {
-            best = Some((key, n));
+        if let Some(rank) = rank(g, n, consumer, state)
+            && best.is_none_or(|(b, _)| rank > b)
+        {
+            best = Some((rank, n));
         }
     }
-    best.map(|(_, n)| n.clone())
+    best.map(|(rank, n)| (rank, n.clone()))
+}
+
+/// How large a fusible node is: the classes it computes inside itself, then its instructions.
+type Rank = (usize, usize);
+
+/// A node with its rank.
+type Ranked = (Rank, ENode);
+
+/// The rank of `node` in its role, or `None` when it is not fusible in that role or computes
+/// a barrier class inside itself.
+fn rank(g: &Graph, node: &ENode, consumer: bool, state: &State) -> Option<Rank> {
+    let size = fusible_size(node, consumer)?;
+    let inner = state.inside(g, node);
+    if state.crosses_barrier(g, inner.as_deref()) {
+        return None;
+    }
+    Some((inner.map_or(0, |v| v.len()), size))
 }
 
 /// `consumer(.., producer(xs), ..) = fused(.., xs, ..)`: the consumer's largest kernel with
 /// one producer's largest kernel inlined.
 pub struct Fuse {
     state: Arc<State>,
+}
+
+/// Every class's matches of `searcher`, at most `limit` in all (what egg's default
+/// `search_with_limit` does).
+fn search_classes<'a, S: Searcher<ENode, super::analysis::Types>>(
+    searcher: &'a S,
+    g: &Graph,
+    mut limit: usize,
+) -> Vec<SearchMatches<'a, ENode>> {
+    let mut matches = Vec::new();
+    for class in g.classes() {
+        if limit == 0 {
+            break;
+        }
+        if let Some(m) = searcher.search_eclass_with_limit(g, class.id, limit) {
+            limit -= m.substs.len();
+            matches.push(m);
+        }
+    }
+    matches
 }
 
 /// The operand index of a match, carried in the substitution.
@@ -383,6 +512,11 @@ impl Searcher<ENode, super::analysis::Types> for Fuse {
             substs,
             ast: None,
         })
+    }
+
+    fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
+        self.state.searching();
+        search_classes(self, g, limit)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -429,12 +563,7 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
         }
         let fused = ENode::new(Head::Kernel(Interned::new(merged.program)), merged.operands);
         state.record(g, &fused, inner);
-        let id = g.add(fused);
-        if g.union(id, eclass) {
-            vec![id]
-        } else {
-            Vec::new()
-        }
+        state.add(g, fused, eclass)
     }
 }
 
@@ -458,40 +587,46 @@ pub struct Epilogue {
 /// operands; a plain anchor has the identity epilogue) and the classes computed inside it.
 type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>, Vec<Id>);
 
+/// The anchor node of class `c` that [`anchored`] reads: its first `anchor` op or epilogue.
+fn anchor_node(g: &Graph, c: Id, anchor: Op) -> Option<&ENode> {
+    g[c].nodes.iter().find(|node| match &node.head {
+        Head::Op(op, _) | Head::Epilogue(op, ..) => *op == anchor,
+        _ => false,
+    })
+}
+
 fn anchored(g: &Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored> {
-    for node in &g[c].nodes {
-        match &node.head {
-            Head::Op(op, attrs) if *op == anchor => {
-                let ty = &g[c].data.ty;
-                let p = Program::map(
-                    &ty.shape,
-                    Scalar::Cast(DType::F32),
-                    &[Arg::Operand(ty.clone())],
-                    DType::F32,
-                );
-                let bound = Bound {
-                    program: p,
-                    operands: vec![Slot::Product],
-                };
-                return Some((attrs.clone(), node.kids.clone(), bound, Vec::new()));
-            }
-            Head::Epilogue(op, attrs, p) if *op == anchor => {
-                let split = node.anchor_operands();
-                let mut operands = vec![Slot::Product];
-                operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
-                let bound = Bound {
-                    program: (**p).clone(),
-                    operands,
-                };
-                let inner = state
-                    .inside(g, node)
-                    .map_or_else(Vec::new, |inner| inner.to_vec());
-                return Some((attrs.clone(), node.kids[..split].to_vec(), bound, inner));
-            }
-            _ => {}
+    let node = anchor_node(g, c, anchor)?;
+    match &node.head {
+        Head::Epilogue(_, attrs, p) => {
+            let split = node.anchor_operands();
+            let mut operands = vec![Slot::Product];
+            operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
+            let bound = Bound {
+                program: (**p).clone(),
+                operands,
+            };
+            let inner = state
+                .inside(g, node)
+                .map_or_else(Vec::new, |inner| inner.to_vec());
+            Some((attrs.clone(), node.kids[..split].to_vec(), bound, inner))
         }
+        Head::Op(_, attrs) => {
+            let ty = &g[c].data.ty;
+            let p = Program::map(
+                &ty.shape,
+                Scalar::Cast(DType::F32),
+                &[Arg::Operand(ty.clone())],
+                DType::F32,
+            );
+            let bound = Bound {
+                program: p,
+                operands: vec![Slot::Product],
+            };
+            Some((attrs.clone(), node.kids.clone(), bound, Vec::new()))
+        }
+        _ => None,
     }
-    None
 }
 
 impl Searcher<ENode, super::analysis::Types> for Epilogue {
@@ -510,7 +645,9 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             if substs.len() >= limit {
                 break;
             }
-            if reads_whole(g, &node, i) && anchored(g, kid, self.anchor, &self.state).is_some() {
+            // not filtered by `tried_epilogues`: the application fuses into the class's
+            // largest node when it runs, which the fusion of producers may have grown since
+            if reads_whole(g, &node, i) && anchor_node(g, kid, self.anchor).is_some() {
                 let mut s = Subst::with_capacity(1);
                 s.insert(operand_var(), Id::from(i));
                 substs.push(s);
@@ -521,6 +658,11 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             substs,
             ast: None,
         })
+    }
+
+    fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
+        self.state.searching();
+        search_classes(self, g, limit)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -563,10 +705,25 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
             return Vec::new();
         };
-        let Some((attrs, anchor_kids, producer, mut inner)) = node
-            .kids
-            .get(i)
-            .and_then(|&k| anchored(g, k, self.anchor, &self.state))
+        let Some(&kid) = node.kids.get(i) else {
+            return Vec::new();
+        };
+        // the same epilogue made again would be the node the class already has
+        let Some(anchor) = anchor_node(g, kid, self.anchor) else {
+            return Vec::new();
+        };
+        let key = (node.clone(), i, anchor.clone());
+        if !self
+            .state
+            .tried_epilogues
+            .lock()
+            .expect("not poisoned")
+            .insert(key)
+        {
+            return Vec::new();
+        }
+        let Some((attrs, anchor_kids, producer, mut inner)) =
+            anchored(g, kid, self.anchor, &self.state)
         else {
             return Vec::new();
         };
@@ -600,12 +757,7 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         let head = Head::Epilogue(self.anchor, attrs, Interned::new(program));
         let fused = ENode::new(head, all);
         self.state.record(g, &fused, inner);
-        let id = g.add(fused);
-        if g.union(id, eclass) {
-            vec![id]
-        } else {
-            Vec::new()
-        }
+        self.state.add(g, fused, eclass)
     }
 }
 
