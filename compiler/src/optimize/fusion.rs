@@ -11,6 +11,7 @@
 //! operand and iteration, and depth doubles per iteration: saturation stays linear in the graph.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
@@ -18,7 +19,7 @@ use sinter_ir::{Attrs, DType, Op, TensorType, key};
 
 use super::analysis::Graph;
 use super::lang::{ENode, Head, Interned};
-use crate::fused::{Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
+use crate::fused::{self, Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
 
 /// The program view of `node` (see the module docs), or `None` for nodes that are not fusible
 /// (matmul, convolution, concat, ...). `consumer` excludes the nodes that are fused only as
@@ -117,6 +118,21 @@ pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> 
             }
         }
         _ => None,
+    }
+}
+
+/// [`program_of`] borrowing a kernel's own program rather than copying it.
+fn program_ref<'n>(
+    g: &Graph,
+    node: &'n ENode,
+    consumer: bool,
+) -> Option<(Cow<'n, Program>, Vec<Id>)> {
+    match &node.head {
+        Head::Kernel(p) => Some((
+            Cow::Borrowed(&**p),
+            node.kids.iter().map(|&k| g.find(k)).collect(),
+        )),
+        _ => program_of(g, node, consumer).map(|b| (Cow::Owned(b.program), b.operands)),
     }
 }
 
@@ -389,13 +405,6 @@ fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
     }
 }
 
-/// The largest fusible node of class `c` (see [`largest_node`]) with its program.
-pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode, Bound<Id>)> {
-    let node = largest_node(g, c, consumer, state)?;
-    let b = program_of(g, &node, consumer)?;
-    Some((node, b))
-}
-
 /// The largest fusible node of class `c` (most classes computed inside, then most
 /// instructions) that does not compute a barrier class inside itself; remembered in
 /// [`State::largest`] until the class changes.
@@ -535,13 +544,19 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
     ) -> Vec<Id> {
         let i: usize = subst[operand_var()].into();
         let state = &self.state;
-        let Some((node, consumer)) = largest(g, eclass, true, state) else {
+        let Some(node) = largest_node(g, eclass, true, state) else {
+            return Vec::new();
+        };
+        let Some(consumer) = program_ref(g, &node, true) else {
             return Vec::new();
         };
         if i >= node.kids.len() || state.barrier.contains(&g.find(node.kids[i])) {
             return Vec::new();
         }
-        let Some((pnode, producer)) = largest(g, node.kids[i], false, state) else {
+        let Some(pnode) = largest_node(g, node.kids[i], false, state) else {
+            return Vec::new();
+        };
+        let Some(producer) = program_ref(g, &pnode, false) else {
             return Vec::new();
         };
         if !state
@@ -552,7 +567,8 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
         {
             return Vec::new();
         }
-        let Some(merged) = consumer.inline(i, &producer) else {
+        let Some(merged) = fused::inline(&consumer.0, &consumer.1, i, &producer.0, &producer.1)
+        else {
             return Vec::new();
         };
         let mut inner: Vec<Id> = vec![g.find(node.kids[i])];
@@ -583,9 +599,17 @@ pub struct Epilogue {
     anchor: Op,
 }
 
-/// An anchor node of class `c`: its attributes, its operands, its epilogue (program and extra
-/// operands; a plain anchor has the identity epilogue) and the classes computed inside it.
-type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>, Vec<Id>);
+/// What [`anchored`] finds in a class.
+struct Anchored<'g> {
+    attrs: Interned<Attrs>,
+    /// The anchor op's operands.
+    kids: Vec<Id>,
+    /// The epilogue (a plain anchor has the identity) and its operands.
+    epilogue: Cow<'g, Program>,
+    operands: Vec<Slot>,
+    /// The classes computed inside the anchor node.
+    inner: Vec<Id>,
+}
 
 /// The anchor node of class `c` that [`anchored`] reads: its first `anchor` op or epilogue.
 fn anchor_node(g: &Graph, c: Id, anchor: Op) -> Option<&ENode> {
@@ -595,21 +619,23 @@ fn anchor_node(g: &Graph, c: Id, anchor: Op) -> Option<&ENode> {
     })
 }
 
-fn anchored(g: &Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored> {
+/// The anchor node of class `c` (see [`anchor_node`]) with its epilogue.
+fn anchored<'g>(g: &'g Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored<'g>> {
     let node = anchor_node(g, c, anchor)?;
     match &node.head {
         Head::Epilogue(_, attrs, p) => {
             let split = node.anchor_operands();
             let mut operands = vec![Slot::Product];
             operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
-            let bound = Bound {
-                program: (**p).clone(),
+            Some(Anchored {
+                attrs: attrs.clone(),
+                kids: node.kids[..split].to_vec(),
+                epilogue: Cow::Borrowed(&**p),
                 operands,
-            };
-            let inner = state
-                .inside(g, node)
-                .map_or_else(Vec::new, |inner| inner.to_vec());
-            Some((attrs.clone(), node.kids[..split].to_vec(), bound, inner))
+                inner: state
+                    .inside(g, node)
+                    .map_or_else(Vec::new, |inner| inner.to_vec()),
+            })
         }
         Head::Op(_, attrs) => {
             let ty = &g[c].data.ty;
@@ -619,11 +645,13 @@ fn anchored(g: &Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored> {
                 &[Arg::Operand(ty.clone())],
                 DType::F32,
             );
-            let bound = Bound {
-                program: p,
+            Some(Anchored {
+                attrs: attrs.clone(),
+                kids: node.kids.clone(),
+                epilogue: Cow::Owned(p),
                 operands: vec![Slot::Product],
-            };
-            Some((attrs.clone(), node.kids.clone(), bound, Vec::new()))
+                inner: Vec::new(),
+            })
         }
         _ => None,
     }
@@ -702,7 +730,10 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         _: Symbol,
     ) -> Vec<Id> {
         let i: usize = subst[operand_var()].into();
-        let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
+        let Some(node) = largest_node(g, eclass, true, &self.state) else {
+            return Vec::new();
+        };
+        let Some((consumer, consumer_kids)) = program_ref(g, &node, true) else {
             return Vec::new();
         };
         let Some(&kid) = node.kids.get(i) else {
@@ -722,20 +753,18 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         {
             return Vec::new();
         }
-        let Some((attrs, anchor_kids, producer, mut inner)) =
-            anchored(g, kid, self.anchor, &self.state)
-        else {
+        let Some(anchored) = anchored(g, kid, self.anchor, &self.state) else {
             return Vec::new();
         };
+        let mut inner = anchored.inner;
         inner.push(g.find(node.kids[i]));
         if let Some(more) = self.state.inside(g, &node) {
             inner.extend(more.iter().copied());
         }
-        let consumer = Bound {
-            program: consumer.program,
-            operands: consumer.operands.iter().map(|&k| Slot::Class(k)).collect(),
-        };
-        let Some(merged) = consumer.inline(i, &producer) else {
+        let slots: Vec<Slot> = consumer_kids.iter().map(|&k| Slot::Class(k)).collect();
+        let Some(merged) =
+            fused::inline(&consumer, &slots, i, &anchored.epilogue, &anchored.operands)
+        else {
             return Vec::new();
         };
         if !merged.program.reduce.is_empty() {
@@ -749,12 +778,12 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         }
         // the product becomes operand 0
         let (program, kids) = with_operand_first(merged.program, &merged.operands, at);
-        let mut all = anchor_kids;
+        let mut all = anchored.kids;
         all.extend(kids.into_iter().map(|s| match s {
             Slot::Class(k) => k,
             Slot::Product => unreachable!("moved first"),
         }));
-        let head = Head::Epilogue(self.anchor, attrs, Interned::new(program));
+        let head = Head::Epilogue(self.anchor, anchored.attrs, Interned::new(program));
         let fused = ENode::new(head, all);
         self.state.record(g, &fused, inner);
         self.state.add(g, fused, eclass)
