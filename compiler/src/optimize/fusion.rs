@@ -231,14 +231,17 @@ fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Pr
 #[derive(Default)]
 pub struct State {
     /// `(consumer node, operand, producer node)` of every inline tried, kept or not.
-    tried: Mutex<HashSet<(ENode, usize, ENode)>>,
+    tried: Mutex<HashSet<Tried>>,
     /// `(consumer node, operand, anchor node)` of every epilogue tried, kept or not.
-    tried_epilogues: Mutex<HashSet<(ENode, usize, ENode)>>,
+    tried_epilogues: Mutex<HashSet<(Arc<ENode>, usize, ENode)>>,
     /// By fused node (kernel or epilogue) with canonical operands.
     absorbed: Mutex<HashMap<ENode, Arc<Vec<Id>>>>,
     largest: Mutex<Largest>,
     pub barrier: HashSet<Id>,
 }
+
+/// A consumer node, its operand and the producer node inlined there.
+type Tried = (Arc<ENode>, usize, Arc<ENode>);
 
 /// [`largest_node`] of each class and role, remembered between e-graph rebuilds. Between two
 /// rebuilds a class's node list only grows (`add` makes one-node classes, `union` concatenates
@@ -342,7 +345,7 @@ impl State {
                 }
                 let best = match rank {
                     Some(r) if best.as_ref().is_none_or(|(b, _)| r > *b) => {
-                        Some((r, fused.clone()))
+                        Some((r, Arc::new(fused.clone())))
                     }
                     _ => best,
                 };
@@ -408,7 +411,7 @@ fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
 /// The largest fusible node of class `c` (most classes computed inside, then most
 /// instructions) that does not compute a barrier class inside itself; remembered in
 /// [`State::largest`] until the class changes.
-fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<ENode> {
+fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<Arc<ENode>> {
     let c = g.find(c);
     let len = g[c].nodes.len();
     if let Some((scanned, best)) = state.lock_largest().by_class.get(&(c, consumer))
@@ -436,14 +439,14 @@ fn scan_largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<Ranke
             best = Some((rank, n));
         }
     }
-    best.map(|(rank, n)| (rank, n.clone()))
+    best.map(|(rank, n)| (rank, Arc::new(n.clone())))
 }
 
 /// How large a fusible node is: the classes it computes inside itself, then its instructions.
 type Rank = (usize, usize);
 
 /// A node with its rank.
-type Ranked = (Rank, ENode);
+type Ranked = (Rank, Arc<ENode>);
 
 /// The rank of `node` in its role, or `None` when it is not fusible in that role or computes
 /// a barrier class inside itself.
