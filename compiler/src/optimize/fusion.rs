@@ -237,7 +237,19 @@ pub struct State {
     /// By fused node (kernel or epilogue) with canonical operands.
     absorbed: Mutex<HashMap<ENode, Arc<Vec<Id>>>>,
     largest: Mutex<Largest>,
+    touched: Mutex<Touched>,
     pub barrier: HashSet<Id>,
+}
+
+/// The classes where the fusion rules may find something new.
+#[derive(Default)]
+struct Touched {
+    /// The classes that gained a node (or whose node gained what it absorbed) since the
+    /// searches began (`None`: any class).
+    since: Option<HashSet<Id>>,
+    /// The classes the searches between two applications visit (`None`: every class): those
+    /// touched before, and the classes reading them.
+    dirty: Option<Arc<HashSet<Id>>>,
 }
 
 /// A consumer node, its operand and the producer node inlined there.
@@ -253,6 +265,8 @@ type Tried = (Arc<ENode>, usize, Arc<ENode>);
 struct Largest {
     /// An application happened since the entries were made (the runner rebuilds after it).
     stale: bool,
+    /// A fusion rule has searched.
+    searched: bool,
     /// By canonical class and role (consumer or producer): the class's node count when
     /// scanned, and its largest fusible node.
     by_class: HashMap<(Id, bool), (usize, Option<Ranked>)>,
@@ -308,13 +322,46 @@ impl State {
         self.largest.lock().expect("not poisoned")
     }
 
-    /// Called before a fusion rule searches: forgets the largest nodes after an application.
-    fn searching(&self) {
+    fn lock_touched(&self) -> std::sync::MutexGuard<'_, Touched> {
+        self.touched.lock().expect("not poisoned")
+    }
+
+    fn touch(&self, c: Id) {
+        if let Some(since) = self.lock_touched().since.as_mut() {
+            since.insert(c);
+        }
+    }
+
+    /// Called before a fusion rule searches; returns the classes to search (`None`: all).
+    /// After an application it forgets the largest nodes and starts the next set of touched
+    /// classes. A class outside the set has the same largest node, reading operand classes
+    /// with the same largest nodes and anchors, as at the previous search, so each of its
+    /// combinations was tried then (or was a match, tried when it applied). Applications
+    /// fuse into a class's largest node as it is when they run, which the same iteration's
+    /// applications may have grown, but only in classes that had matches, which are in the
+    /// set.
+    fn searching(&self, g: &Graph) -> Option<Arc<HashSet<Id>>> {
         let mut largest = self.lock_largest();
-        if largest.stale {
+        let mut touched = self.lock_touched();
+        if largest.stale || !largest.searched {
             largest.by_class.clear();
             largest.stale = false;
+            touched.dirty = match touched.since.take() {
+                Some(since) if largest.searched => {
+                    let mut dirty = HashSet::default();
+                    for c in since {
+                        let c = g.find(c);
+                        dirty.insert(c);
+                        dirty.extend(g[c].parents().map(|p| g.find(p)));
+                    }
+                    Some(Arc::new(dirty))
+                }
+                _ => None,
+            };
+            touched.since = Some(HashSet::default());
+            largest.searched = true;
         }
+        touched.dirty.clone()
     }
 
     /// Adds `fused` to the e-graph in class `eclass` (the rules' last step); returns the
@@ -332,7 +379,11 @@ impl State {
         if existed && changed {
             // two old classes merged: other nodes' operands are no longer canonical
             largest.by_class.clear();
-        } else if changed && old_len > 1 {
+            self.lock_touched().since = None;
+        } else if changed {
+            self.touch(g.find(eclass));
+        }
+        if !existed && changed && old_len > 1 {
             // the class's nodes are its old nodes and then `fused` (a union puts the longer
             // list first), so its largest node is the old one unless `fused` is larger
             let root = g.find(eclass);
@@ -369,6 +420,7 @@ impl State {
             let mut largest = self.lock_largest();
             largest.by_class.remove(&(c, true));
             largest.by_class.remove(&(c, false));
+            self.touch(c);
         }
         absorbed.insert(key, Arc::new(inner));
     }
@@ -465,17 +517,21 @@ pub struct Fuse {
     state: Arc<State>,
 }
 
-/// Every class's matches of `searcher`, at most `limit` in all (what egg's default
-/// `search_with_limit` does).
+/// The matches of `searcher` in every class or in the classes `only`, in the e-graph's order
+/// of classes, at most `limit` in all (what egg's default `search_with_limit` does).
 fn search_classes<'a, S: Searcher<ENode, super::analysis::Types>>(
     searcher: &'a S,
     g: &Graph,
+    only: Option<&HashSet<Id>>,
     mut limit: usize,
 ) -> Vec<SearchMatches<'a, ENode>> {
     let mut matches = Vec::new();
     for class in g.classes() {
         if limit == 0 {
             break;
+        }
+        if only.is_some_and(|only| !only.contains(&class.id)) {
+            continue;
         }
         if let Some(m) = searcher.search_eclass_with_limit(g, class.id, limit) {
             limit -= m.substs.len();
@@ -527,8 +583,8 @@ impl Searcher<ENode, super::analysis::Types> for Fuse {
     }
 
     fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
-        self.state.searching();
-        search_classes(self, g, limit)
+        let dirty = self.state.searching(g);
+        search_classes(self, g, dirty.as_deref(), limit)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -692,8 +748,8 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
     }
 
     fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
-        self.state.searching();
-        search_classes(self, g, limit)
+        let dirty = self.state.searching(g);
+        search_classes(self, g, dirty.as_deref(), limit)
     }
 
     fn vars(&self) -> Vec<Var> {
