@@ -272,6 +272,29 @@ impl Program {
         needs
     }
 
+    /// Which operands the instructions `values` need load (through phases too), by index.
+    pub fn loaded(&self, values: impl Iterator<Item = u32>) -> Vec<bool> {
+        let mut need = vec![false; self.insts.len()];
+        let mut need_phase = vec![false; self.phases.len()];
+        let mut loads = vec![false; self.operands.len()];
+        let mut stack: Vec<u32> = values.collect();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut need[i as usize], true) {
+                continue;
+            }
+            match &self.insts[i as usize] {
+                Inst::Load(o) => loads[*o as usize] = true,
+                Inst::Map(_, args) => stack.extend(args),
+                Inst::Reduced(k) if !need_phase[*k as usize] => {
+                    need_phase[*k as usize] = true;
+                    stack.push(self.phases[*k as usize].value);
+                }
+                _ => {}
+            }
+        }
+        loads
+    }
+
     /// Checks the invariants of the module docs; `Err` names the broken one.
     pub fn check(&self) -> Result<(), String> {
         let space = self.space_len();
@@ -630,55 +653,136 @@ impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug> Bound<K> {
     /// iteration spaces do not line up (see [`line_up`]) or the result would pass the size
     /// limits.
     pub fn inline(&self, i: usize, producer: &Bound<K>) -> Option<Bound<K>> {
-        let (c, p) = (&self.program, &producer.program);
-        if p.outputs.len() != 1 || p.phases.len() + c.phases.len() > MAX_PHASES {
-            return None;
-        }
-        let plan = line_up(c, &c.operands[i], p)?;
-        let mut out = Program {
-            domain: plan.domain.clone(),
-            reduce: plan.reduce.clone(),
-            operands: Vec::new(),
-            insts: Vec::new(),
-            phases: Vec::new(),
-            outputs: Vec::new(),
-        };
-        let mut kids: Vec<K> = Vec::new();
-        let mut merge = Merge::new(&mut out, &mut kids);
-        let p_axis = |a: Axis| match a {
-            Axis::Space(k) => plan.producer[k as usize],
-            _ => Axis::One,
-        };
-        let c_axis = |a: Axis| match a {
-            Axis::Space(k) => Axis::Space(plan.consumer[k as usize] as u8),
-            other => other,
-        };
-        // The producer first, so that its phases come first.
-        let p_ids = merge.copy(p, &producer.operands, &p_axis, None, false);
-        let p_value = p_ids[p.outputs[0].value as usize].expect("the output was copied");
-        merge.copy(c, &self.operands, &c_axis, Some((i as u32, p_value)), true);
-        let (out, keep) = out.simplified();
-        let kids: Vec<K> = kids
-            .into_iter()
-            .zip(keep)
-            .filter(|(_, k)| *k)
-            .map(|(k, _)| k)
-            .collect();
-        if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
-            return None;
-        }
-        let result = Bound {
-            program: out,
-            operands: kids,
-        };
-        debug_assert!(
-            result.program.check().is_ok(),
-            "{:?}\n{result:?}",
-            result.program.check()
-        );
-        result.program.check().ok()?;
-        Some(result)
+        inline(
+            &self.program,
+            &self.operands,
+            i,
+            &producer.program,
+            &producer.operands,
+        )
     }
+}
+
+/// [`Bound::inline`] of borrowed programs: `c` reading `c_kids` with its operand `i` computed
+/// by `p` reading `p_kids`.
+pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
+    c: &Program,
+    c_kids: &[K],
+    i: usize,
+    p: &Program,
+    p_kids: &[K],
+) -> Option<Bound<K>> {
+    if p.outputs.len() != 1 || p.phases.len() + c.phases.len() > MAX_PHASES {
+        return None;
+    }
+    let plan = line_up(c, &c.operands[i], p)?;
+    let p_axis = |a: Axis| match a {
+        Axis::Space(k) => plan.producer[k as usize],
+        _ => Axis::One,
+    };
+    let c_axis = |a: Axis| match a {
+        Axis::Space(k) => Axis::Space(plan.consumer[k as usize] as u8),
+        other => other,
+    };
+    // the operand limit, checked before building what it would reject
+    if c_kids.len() + p_kids.len() > MAX_OPERANDS + 1 {
+        let consumer = Merged {
+            p: c,
+            kids: c_kids,
+            axis: &c_axis,
+        };
+        let producer = Merged {
+            p,
+            kids: p_kids,
+            axis: &p_axis,
+        };
+        if operand_count(&consumer, i, &producer) > MAX_OPERANDS {
+            return None;
+        }
+    }
+    let mut out = Program {
+        domain: plan.domain.clone(),
+        reduce: plan.reduce.clone(),
+        operands: Vec::new(),
+        insts: Vec::new(),
+        phases: Vec::new(),
+        outputs: Vec::new(),
+    };
+    let mut kids: Vec<K> = Vec::new();
+    let mut merge = Merge::new(&mut out, &mut kids);
+    // The producer first, so that its phases come first.
+    let p_ids = merge.copy(p, p_kids, &p_axis, None, false);
+    let p_value = p_ids[p.outputs[0].value as usize].expect("the output was copied");
+    merge.copy(c, c_kids, &c_axis, Some((i as u32, p_value)), true);
+    let (out, kids) = simplified_with(&out, kids);
+    if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
+        return None;
+    }
+    let result = Bound {
+        program: out,
+        operands: kids,
+    };
+    debug_assert!(
+        result.program.check().is_ok(),
+        "{:?}\n{result:?}",
+        result.program.check()
+    );
+    result.program.check().ok()?;
+    Some(result)
+}
+
+/// `p` simplified (see [`Program::simplified`]) with the operand keys `kids` it keeps.
+fn simplified_with<K>(p: &Program, kids: Vec<K>) -> (Program, Vec<K>) {
+    let (p, keep) = p.simplified();
+    let kids = kids
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|(k, _)| k)
+        .collect();
+    (p, kids)
+}
+
+/// A program as [`inline`] copies it: its operands' keys and its axes renamed into the result.
+struct Merged<'a, K> {
+    p: &'a Program,
+    kids: &'a [K],
+    axis: &'a dyn Fn(Axis) -> Axis,
+}
+
+/// The operand count of `consumer` with its operand `i` computed by `producer`, as
+/// [`inline`] would build it: the distinct (operand, renamed access) pairs that the result's
+/// outputs load (what [`Program::simplified`] keeps), without building the result.
+fn operand_count<K: Copy + Eq + std::hash::Hash>(
+    consumer: &Merged<K>,
+    i: usize,
+    producer: &Merged<K>,
+) -> usize {
+    let mut keys: rustc_hash::FxHashSet<(K, Access)> = Default::default();
+    let mut add = |m: &Merged<K>, o: usize| {
+        let acc = &m.p.operands[o];
+        let axes = acc.axes.iter().map(|&a| (m.axis)(a)).collect();
+        keys.insert((
+            m.kids[o],
+            Access {
+                dtype: acc.dtype,
+                axes,
+            },
+        ));
+    };
+    let c_loads = consumer
+        .p
+        .loaded(consumer.p.outputs.iter().map(|o| o.value));
+    for o in (0..c_loads.len()).filter(|&o| c_loads[o] && o != i) {
+        add(consumer, o);
+    }
+    if c_loads[i] {
+        let p_loads = producer.p.loaded([producer.p.outputs[0].value].into_iter());
+        for o in (0..p_loads.len()).filter(|&o| p_loads[o]) {
+            add(producer, o);
+        }
+    }
+    keys.len()
 }
 
 /// Builds a merged program instruction by instruction, sharing identical operands,
@@ -852,13 +956,7 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
     let same = |a: Axis| a;
     merge.copy(pa, &a.operands, &same, None, true);
     merge.copy(pb, &b.operands, &same, None, true);
-    let (out, keep) = out.simplified();
-    let kids: Vec<K> = kids
-        .into_iter()
-        .zip(keep)
-        .filter(|(_, k)| *k)
-        .map(|(k, _)| k)
-        .collect();
+    let (out, kids) = simplified_with(&out, kids);
     if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS || out.phases.len() > MAX_PHASES {
         return None;
     }

@@ -11,6 +11,7 @@
 //! operand and iteration, and depth doubles per iteration: saturation stays linear in the graph.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
@@ -18,7 +19,7 @@ use sinter_ir::{Attrs, DType, Op, TensorType, key};
 
 use super::analysis::Graph;
 use super::lang::{ENode, Head, Interned};
-use crate::fused::{Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
+use crate::fused::{self, Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
 
 /// The program view of `node` (see the module docs), or `None` for nodes that are not fusible
 /// (matmul, convolution, concat, ...). `consumer` excludes the nodes that are fused only as
@@ -120,6 +121,21 @@ pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> 
     }
 }
 
+/// [`program_of`] borrowing a kernel's own program rather than copying it.
+fn program_ref<'n>(
+    g: &Graph,
+    node: &'n ENode,
+    consumer: bool,
+) -> Option<(Cow<'n, Program>, Vec<Id>)> {
+    match &node.head {
+        Head::Kernel(p) => Some((
+            Cow::Borrowed(&**p),
+            node.kids.iter().map(|&k| g.find(k)).collect(),
+        )),
+        _ => program_of(g, node, consumer).map(|b| (Cow::Owned(b.program), b.operands)),
+    }
+}
+
 /// A view op as a copy program whose operand access maps the view's axes onto the input's.
 /// `reshape` qualifies when it only inserts or removes extent-1 axes.
 fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Program> {
@@ -214,10 +230,46 @@ fn view_program(input: &TensorType, out: &TensorType, node: &ENode) -> Option<Pr
 /// the other stored values).
 #[derive(Default)]
 pub struct State {
-    tried: Mutex<HashSet<(ENode, usize, ENode)>>,
+    /// `(consumer node, operand, producer node)` of every inline tried, kept or not.
+    tried: Mutex<HashSet<Tried>>,
+    /// `(consumer node, operand, anchor node)` of every epilogue tried, kept or not.
+    tried_epilogues: Mutex<HashSet<(Arc<ENode>, usize, ENode)>>,
     /// By fused node (kernel or epilogue) with canonical operands.
     absorbed: Mutex<HashMap<ENode, Arc<Vec<Id>>>>,
+    largest: Mutex<Largest>,
+    touched: Mutex<Touched>,
     pub barrier: HashSet<Id>,
+}
+
+/// The classes where the fusion rules may find something new.
+#[derive(Default)]
+struct Touched {
+    /// The classes that gained a node (or whose node gained what it absorbed) since the
+    /// searches began (`None`: any class).
+    since: Option<HashSet<Id>>,
+    /// The classes the searches between two applications visit (`None`: every class): those
+    /// touched before, and the classes reading them.
+    dirty: Option<Arc<HashSet<Id>>>,
+}
+
+/// A consumer node, its operand and the producer node inlined there.
+type Tried = (Arc<ENode>, usize, Arc<ENode>);
+
+/// [`largest_node`] of each class and role, remembered between e-graph rebuilds. Between two
+/// rebuilds a class's node list only grows (`add` makes one-node classes, `union` concatenates
+/// lists), so an entry is current while its class has as many nodes as when it was scanned.
+/// A rebuild sorts, deduplicates and re-canonicalizes the lists, so the first search after
+/// an application starts afresh; so does a union of two classes that both existed (it changes
+/// other nodes' canonical operands, by which [`State::inside`] looks them up).
+#[derive(Default)]
+struct Largest {
+    /// An application happened since the entries were made (the runner rebuilds after it).
+    stale: bool,
+    /// A fusion rule has searched.
+    searched: bool,
+    /// By canonical class and role (consumer or producer): the class's node count when
+    /// scanned, and its largest fusible node.
+    by_class: HashMap<(Id, bool), (usize, Option<Ranked>)>,
 }
 
 impl State {
@@ -233,9 +285,9 @@ impl State {
             })
             .collect();
         State {
-            tried: Mutex::new(HashSet::default()),
             absorbed: Mutex::new(absorbed),
             barrier,
+            ..State::default()
         }
     }
 
@@ -266,14 +318,111 @@ impl State {
             && inner.is_some_and(|inner| inner.iter().any(|&c| self.barrier.contains(&g.find(c))))
     }
 
-    fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
-        if matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
-            self.absorbed
-                .lock()
-                .expect("not poisoned")
-                .entry(canonical(g, node))
-                .or_insert_with(|| Arc::new(inner));
+    fn lock_largest(&self) -> std::sync::MutexGuard<'_, Largest> {
+        self.largest.lock().expect("not poisoned")
+    }
+
+    fn lock_touched(&self) -> std::sync::MutexGuard<'_, Touched> {
+        self.touched.lock().expect("not poisoned")
+    }
+
+    fn touch(&self, c: Id) {
+        if let Some(since) = self.lock_touched().since.as_mut() {
+            since.insert(c);
         }
+    }
+
+    /// Called before a fusion rule searches; returns the classes to search (`None`: all).
+    /// After an application it forgets the largest nodes and starts the next set of touched
+    /// classes. A class outside the set has the same largest node, reading operand classes
+    /// with the same largest nodes and anchors, as at the previous search, so each of its
+    /// combinations was tried then (or was a match, tried when it applied). Applications
+    /// fuse into a class's largest node as it is when they run, which the same iteration's
+    /// applications may have grown, but only in classes that had matches, which are in the
+    /// set.
+    fn searching(&self, g: &Graph) -> Option<Arc<HashSet<Id>>> {
+        let mut largest = self.lock_largest();
+        let mut touched = self.lock_touched();
+        if largest.stale || !largest.searched {
+            largest.by_class.clear();
+            largest.stale = false;
+            touched.dirty = match touched.since.take() {
+                Some(since) if largest.searched => {
+                    let mut dirty = HashSet::default();
+                    for c in since {
+                        let c = g.find(c);
+                        dirty.insert(c);
+                        dirty.extend(g[c].parents().map(|p| g.find(p)));
+                    }
+                    Some(Arc::new(dirty))
+                }
+                _ => None,
+            };
+            touched.since = Some(HashSet::default());
+            largest.searched = true;
+        }
+        touched.dirty.clone()
+    }
+
+    /// Adds `fused` to the e-graph in class `eclass` (the rules' last step); returns the
+    /// changed class, if any.
+    fn add(&self, g: &mut Graph, fused: ENode, eclass: Id) -> Vec<Id> {
+        let classes = g.number_of_classes();
+        let before = g.find(eclass);
+        let old_len = g[before].nodes.len();
+        let id = g.add(fused.clone());
+        let existed = g.number_of_classes() == classes;
+        let changed = g.union(id, eclass);
+        let ranks = [true, false].map(|consumer| rank(g, &fused, consumer, self));
+        let mut largest = self.lock_largest();
+        largest.stale = true;
+        if existed && changed {
+            // two old classes merged: other nodes' operands are no longer canonical
+            largest.by_class.clear();
+            self.lock_touched().since = None;
+        } else if changed {
+            self.touch(g.find(eclass));
+        }
+        if !existed && changed && old_len > 1 {
+            // the class's nodes are its old nodes and then `fused` (a union puts the longer
+            // list first), so its largest node is the old one unless `fused` is larger
+            let root = g.find(eclass);
+            for (consumer, rank) in [true, false].into_iter().zip(ranks) {
+                let Some((len, best)) = largest.by_class.remove(&(before, consumer)) else {
+                    continue;
+                };
+                if len != old_len {
+                    continue;
+                }
+                let best = match rank {
+                    Some(r) if best.as_ref().is_none_or(|(b, _)| r > *b) => {
+                        Some((r, Arc::new(fused.clone())))
+                    }
+                    _ => best,
+                };
+                largest.by_class.insert((root, consumer), (len + 1, best));
+            }
+        }
+        if changed { vec![id] } else { Vec::new() }
+    }
+
+    fn record(&self, g: &Graph, node: &ENode, inner: Vec<Id>) {
+        if !matches!(node.head, Head::Kernel(_) | Head::Epilogue(..)) {
+            return;
+        }
+        let key = canonical(g, node);
+        let mut absorbed = self.absorbed.lock().expect("not poisoned");
+        if absorbed.contains_key(&key) {
+            return;
+        }
+        // a node already in the e-graph (made by another rule) changes its size
+        if let Some(c) = g.lookup(key.clone()) {
+            let mut largest = self.lock_largest();
+            largest.by_class.remove(&(c, true));
+            largest.by_class.remove(&(c, false));
+            self.touch(c);
+        }
+        absorbed.insert(key, Arc::new(inner));
     }
 }
 
@@ -311,37 +460,85 @@ fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
     }
 }
 
-/// The largest fusible node of class `c` (see [`largest_node`]) with its program.
-pub fn largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<(ENode, Bound<Id>)> {
-    let node = largest_node(g, c, consumer, state)?;
-    let b = program_of(g, &node, consumer)?;
-    Some((node, b))
+/// The largest fusible node of class `c` (most classes computed inside, then most
+/// instructions) that does not compute a barrier class inside itself; remembered in
+/// [`State::largest`] until the class changes.
+fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<Arc<ENode>> {
+    let c = g.find(c);
+    let len = g[c].nodes.len();
+    if let Some((scanned, best)) = state.lock_largest().by_class.get(&(c, consumer))
+        && *scanned == len
+    {
+        return best.as_ref().map(|(_, n)| n.clone());
+    }
+    let best = scan_largest(g, c, consumer, state);
+    let node = best.as_ref().map(|(_, n)| n.clone());
+    state
+        .lock_largest()
+        .by_class
+        .insert((c, consumer), (len, best));
+    node
 }
 
-/// The largest fusible node of class `c` (most classes computed inside, then most
-/// instructions) that does not compute a barrier class inside itself.
-fn largest_node(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<ENode> {
-    let mut best: Option<((usize, usize), &ENode)> = None;
+/// [`largest_node`] without the memo: one pass over the class's nodes, the first of the
+/// largest kept.
+fn scan_largest(g: &Graph, c: Id, consumer: bool, state: &State) -> Option<Ranked> {
+    let mut best: Option<(Rank, &ENode)> = None;
     for n in &g[c].nodes {
-        let Some(size) = fusible_size(n, consumer) else {
-            continue;
-        };
-        let inner = state.inside(g, n);
-        if state.crosses_barrier(g, inner.as_deref()) {
-            continue;
-        }
-        let key = (inner.map_or(0, |v| v.len()), size);
-        if best.is_none_or(|(b, _)| key > b) {
-            best = Some((key, n));
+        if let Some(rank) = rank(g, n, consumer, state)
+            && best.is_none_or(|(b, _)| rank > b)
+        {
+            best = Some((rank, n));
         }
     }
-    best.map(|(_, n)| n.clone())
+    best.map(|(rank, n)| (rank, Arc::new(n.clone())))
+}
+
+/// How large a fusible node is: the classes it computes inside itself, then its instructions.
+type Rank = (usize, usize);
+
+/// A node with its rank.
+type Ranked = (Rank, Arc<ENode>);
+
+/// The rank of `node` in its role, or `None` when it is not fusible in that role or computes
+/// a barrier class inside itself.
+fn rank(g: &Graph, node: &ENode, consumer: bool, state: &State) -> Option<Rank> {
+    let size = fusible_size(node, consumer)?;
+    let inner = state.inside(g, node);
+    if state.crosses_barrier(g, inner.as_deref()) {
+        return None;
+    }
+    Some((inner.map_or(0, |v| v.len()), size))
 }
 
 /// `consumer(.., producer(xs), ..) = fused(.., xs, ..)`: the consumer's largest kernel with
 /// one producer's largest kernel inlined.
 pub struct Fuse {
     state: Arc<State>,
+}
+
+/// The matches of `searcher` in every class or in the classes `only`, in the e-graph's order
+/// of classes, at most `limit` in all (what egg's default `search_with_limit` does).
+fn search_classes<'a, S: Searcher<ENode, super::analysis::Types>>(
+    searcher: &'a S,
+    g: &Graph,
+    only: Option<&HashSet<Id>>,
+    mut limit: usize,
+) -> Vec<SearchMatches<'a, ENode>> {
+    let mut matches = Vec::new();
+    for class in g.classes() {
+        if limit == 0 {
+            break;
+        }
+        if only.is_some_and(|only| !only.contains(&class.id)) {
+            continue;
+        }
+        if let Some(m) = searcher.search_eclass_with_limit(g, class.id, limit) {
+            limit -= m.substs.len();
+            matches.push(m);
+        }
+    }
+    matches
 }
 
 /// The operand index of a match, carried in the substitution.
@@ -385,6 +582,11 @@ impl Searcher<ENode, super::analysis::Types> for Fuse {
         })
     }
 
+    fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
+        let dirty = self.state.searching(g);
+        search_classes(self, g, dirty.as_deref(), limit)
+    }
+
     fn vars(&self) -> Vec<Var> {
         vec![operand_var()]
     }
@@ -401,13 +603,19 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
     ) -> Vec<Id> {
         let i: usize = subst[operand_var()].into();
         let state = &self.state;
-        let Some((node, consumer)) = largest(g, eclass, true, state) else {
+        let Some(node) = largest_node(g, eclass, true, state) else {
+            return Vec::new();
+        };
+        let Some(consumer) = program_ref(g, &node, true) else {
             return Vec::new();
         };
         if i >= node.kids.len() || state.barrier.contains(&g.find(node.kids[i])) {
             return Vec::new();
         }
-        let Some((pnode, producer)) = largest(g, node.kids[i], false, state) else {
+        let Some(pnode) = largest_node(g, node.kids[i], false, state) else {
+            return Vec::new();
+        };
+        let Some(producer) = program_ref(g, &pnode, false) else {
             return Vec::new();
         };
         if !state
@@ -418,7 +626,8 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
         {
             return Vec::new();
         }
-        let Some(merged) = consumer.inline(i, &producer) else {
+        let Some(merged) = fused::inline(&consumer.0, &consumer.1, i, &producer.0, &producer.1)
+        else {
             return Vec::new();
         };
         let mut inner: Vec<Id> = vec![g.find(node.kids[i])];
@@ -429,12 +638,7 @@ impl Applier<ENode, super::analysis::Types> for Fuse {
         }
         let fused = ENode::new(Head::Kernel(Interned::new(merged.program)), merged.operands);
         state.record(g, &fused, inner);
-        let id = g.add(fused);
-        if g.union(id, eclass) {
-            vec![id]
-        } else {
-            Vec::new()
-        }
+        state.add(g, fused, eclass)
     }
 }
 
@@ -454,44 +658,62 @@ pub struct Epilogue {
     anchor: Op,
 }
 
-/// An anchor node of class `c`: its attributes, its operands, its epilogue (program and extra
-/// operands; a plain anchor has the identity epilogue) and the classes computed inside it.
-type Anchored = (Interned<Attrs>, Vec<Id>, Bound<Slot>, Vec<Id>);
+/// What [`anchored`] finds in a class.
+struct Anchored<'g> {
+    attrs: Interned<Attrs>,
+    /// The anchor op's operands.
+    kids: Vec<Id>,
+    /// The epilogue (a plain anchor has the identity) and its operands.
+    epilogue: Cow<'g, Program>,
+    operands: Vec<Slot>,
+    /// The classes computed inside the anchor node.
+    inner: Vec<Id>,
+}
 
-fn anchored(g: &Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored> {
-    for node in &g[c].nodes {
-        match &node.head {
-            Head::Op(op, attrs) if *op == anchor => {
-                let ty = &g[c].data.ty;
-                let p = Program::map(
-                    &ty.shape,
-                    Scalar::Cast(DType::F32),
-                    &[Arg::Operand(ty.clone())],
-                    DType::F32,
-                );
-                let bound = Bound {
-                    program: p,
-                    operands: vec![Slot::Product],
-                };
-                return Some((attrs.clone(), node.kids.clone(), bound, Vec::new()));
-            }
-            Head::Epilogue(op, attrs, p) if *op == anchor => {
-                let split = node.anchor_operands();
-                let mut operands = vec![Slot::Product];
-                operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
-                let bound = Bound {
-                    program: (**p).clone(),
-                    operands,
-                };
-                let inner = state
+/// The anchor node of class `c` that [`anchored`] reads: its first `anchor` op or epilogue.
+fn anchor_node(g: &Graph, c: Id, anchor: Op) -> Option<&ENode> {
+    g[c].nodes.iter().find(|node| match &node.head {
+        Head::Op(op, _) | Head::Epilogue(op, ..) => *op == anchor,
+        _ => false,
+    })
+}
+
+/// The anchor node of class `c` (see [`anchor_node`]) with its epilogue.
+fn anchored<'g>(g: &'g Graph, c: Id, anchor: Op, state: &State) -> Option<Anchored<'g>> {
+    let node = anchor_node(g, c, anchor)?;
+    match &node.head {
+        Head::Epilogue(_, attrs, p) => {
+            let split = node.anchor_operands();
+            let mut operands = vec![Slot::Product];
+            operands.extend(node.kids[split..].iter().map(|&k| Slot::Class(k)));
+            Some(Anchored {
+                attrs: attrs.clone(),
+                kids: node.kids[..split].to_vec(),
+                epilogue: Cow::Borrowed(&**p),
+                operands,
+                inner: state
                     .inside(g, node)
-                    .map_or_else(Vec::new, |inner| inner.to_vec());
-                return Some((attrs.clone(), node.kids[..split].to_vec(), bound, inner));
-            }
-            _ => {}
+                    .map_or_else(Vec::new, |inner| inner.to_vec()),
+            })
         }
+        Head::Op(_, attrs) => {
+            let ty = &g[c].data.ty;
+            let p = Program::map(
+                &ty.shape,
+                Scalar::Cast(DType::F32),
+                &[Arg::Operand(ty.clone())],
+                DType::F32,
+            );
+            Some(Anchored {
+                attrs: attrs.clone(),
+                kids: node.kids.clone(),
+                epilogue: Cow::Owned(p),
+                operands: vec![Slot::Product],
+                inner: Vec::new(),
+            })
+        }
+        _ => None,
     }
-    None
 }
 
 impl Searcher<ENode, super::analysis::Types> for Epilogue {
@@ -510,7 +732,9 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             if substs.len() >= limit {
                 break;
             }
-            if reads_whole(g, &node, i) && anchored(g, kid, self.anchor, &self.state).is_some() {
+            // not filtered by `tried_epilogues`: the application fuses into the class's
+            // largest node when it runs, which the fusion of producers may have grown since
+            if reads_whole(g, &node, i) && anchor_node(g, kid, self.anchor).is_some() {
                 let mut s = Subst::with_capacity(1);
                 s.insert(operand_var(), Id::from(i));
                 substs.push(s);
@@ -521,6 +745,11 @@ impl Searcher<ENode, super::analysis::Types> for Epilogue {
             substs,
             ast: None,
         })
+    }
+
+    fn search_with_limit(&self, g: &Graph, limit: usize) -> Vec<SearchMatches<'_, ENode>> {
+        let dirty = self.state.searching(g);
+        search_classes(self, g, dirty.as_deref(), limit)
     }
 
     fn vars(&self) -> Vec<Var> {
@@ -560,25 +789,41 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         _: Symbol,
     ) -> Vec<Id> {
         let i: usize = subst[operand_var()].into();
-        let Some((node, consumer)) = largest(g, eclass, true, &self.state) else {
+        let Some(node) = largest_node(g, eclass, true, &self.state) else {
             return Vec::new();
         };
-        let Some((attrs, anchor_kids, producer, mut inner)) = node
-            .kids
-            .get(i)
-            .and_then(|&k| anchored(g, k, self.anchor, &self.state))
-        else {
+        let Some((consumer, consumer_kids)) = program_ref(g, &node, true) else {
             return Vec::new();
         };
+        let Some(&kid) = node.kids.get(i) else {
+            return Vec::new();
+        };
+        // the same epilogue made again would be the node the class already has
+        let Some(anchor) = anchor_node(g, kid, self.anchor) else {
+            return Vec::new();
+        };
+        let key = (node.clone(), i, anchor.clone());
+        if !self
+            .state
+            .tried_epilogues
+            .lock()
+            .expect("not poisoned")
+            .insert(key)
+        {
+            return Vec::new();
+        }
+        let Some(anchored) = anchored(g, kid, self.anchor, &self.state) else {
+            return Vec::new();
+        };
+        let mut inner = anchored.inner;
         inner.push(g.find(node.kids[i]));
         if let Some(more) = self.state.inside(g, &node) {
             inner.extend(more.iter().copied());
         }
-        let consumer = Bound {
-            program: consumer.program,
-            operands: consumer.operands.iter().map(|&k| Slot::Class(k)).collect(),
-        };
-        let Some(merged) = consumer.inline(i, &producer) else {
+        let slots: Vec<Slot> = consumer_kids.iter().map(|&k| Slot::Class(k)).collect();
+        let Some(merged) =
+            fused::inline(&consumer, &slots, i, &anchored.epilogue, &anchored.operands)
+        else {
             return Vec::new();
         };
         if !merged.program.reduce.is_empty() {
@@ -592,20 +837,15 @@ impl Applier<ENode, super::analysis::Types> for Epilogue {
         }
         // the product becomes operand 0
         let (program, kids) = with_operand_first(merged.program, &merged.operands, at);
-        let mut all = anchor_kids;
+        let mut all = anchored.kids;
         all.extend(kids.into_iter().map(|s| match s {
             Slot::Class(k) => k,
             Slot::Product => unreachable!("moved first"),
         }));
-        let head = Head::Epilogue(self.anchor, attrs, Interned::new(program));
+        let head = Head::Epilogue(self.anchor, anchored.attrs, Interned::new(program));
         let fused = ENode::new(head, all);
         self.state.record(g, &fused, inner);
-        let id = g.add(fused);
-        if g.union(id, eclass) {
-            vec![id]
-        } else {
-            Vec::new()
-        }
+        self.state.add(g, fused, eclass)
     }
 }
 
