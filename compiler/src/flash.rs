@@ -250,6 +250,38 @@ pub fn live_fraction(score: &Program, rows: usize, cols: usize) -> f64 {
     live as f64 / all.max(1) as f64
 }
 
+/// Live share of each block of `rows` rows of the score space (queries, or keys when
+/// `by_keys`: the dK/dV kernel's rows), over at most 64 column blocks, by the interval test of
+/// [`live_fraction`]: the work each workgroup of a flash kernel does, for the cost model.
+pub fn live_per_row_block(score: &Program, rows: usize, by_keys: bool) -> Vec<f64> {
+    let r = score.domain.len();
+    let (sq, sk) = (score.domain[r - 2], score.domain[r - 1]);
+    let (n_rows, n_cols) = if by_keys { (sk, sq) } else { (sq, sk) };
+    let bc = n_cols.div_ceil(64).max(1);
+    let batch: Vec<(f64, f64)> = score.domain[..r - 2]
+        .iter()
+        .map(|&n| (0.0, n.saturating_sub(1) as f64))
+        .collect();
+    let range = |lo: usize, len: usize, end: usize| (lo as f64, (lo + len).min(end) as f64 - 1.0);
+    (0..n_rows)
+        .step_by(rows.max(1))
+        .map(|r0| {
+            let row = range(r0, rows, n_rows);
+            let (mut live, mut all) = (0usize, 0usize);
+            for c0 in (0..n_cols).step_by(bc) {
+                let col = range(c0, bc, n_cols);
+                let size = (col.1 - col.0 + 1.0) as usize;
+                all += size;
+                let (i, j) = if by_keys { (col, row) } else { (row, col) };
+                if !block_dead(score, &batch, i, j) {
+                    live += size;
+                }
+            }
+            live as f64 / all.max(1) as f64
+        })
+        .collect()
+}
+
 /// Whether `score` is certainly `-inf` over the coordinate box (see [`live_fraction`]).
 fn block_dead(p: &Program, batch: &[(f64, f64)], i: (f64, f64), j: (f64, f64)) -> bool {
     use crate::fused::{Inst, Scalar};

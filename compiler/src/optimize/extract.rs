@@ -48,6 +48,9 @@ pub const MATMUL_FLOPS_PER_NS: f64 = 25000.0;
 pub struct Settings {
     /// Flash kernels cost next to nothing, so extraction takes them wherever they exist.
     pub force_flash: bool,
+    /// Flash kernels cost as much as an infeasible node, so extraction takes the unfused
+    /// products wherever they can be stored.
+    pub forbid_flash: bool,
     /// The largest tensor a kernel may store (a storage binding's limit): a node storing a
     /// larger one costs [`INFEASIBLE_NS`], so that extraction takes one that does not (a flash
     /// kernel instead of an `[S, S]` score matrix) wherever there is one.
@@ -58,6 +61,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             force_flash: false,
+            forbid_flash: false,
             max_binding: u64::MAX,
         }
     }
@@ -126,8 +130,11 @@ fn window_cost(g: &Graph, kids: &[Id], out: f64) -> f64 {
 }
 
 /// Products inside flash kernels, f32 operations per ns (counting the backward's recomputed
-/// products): measured on the H200 at 10.4 (`sinter-bench attention`, S = 4096, head dim 64).
-pub const FLASH_FLOPS_PER_NS: f64 = 10000.0;
+/// products), with the SM balance of [`flash_cost`]: fitted on the H200 to the 128 × 64 tiling
+/// (the default) at S = 512 to 4096, head dim 64, causal and not (BENCHMARKS.md, "Flash
+/// tilings"), so that the model's flash-to-unfused ratio follows the measured one: flash loses
+/// at S ≤ 1024 and wins from S = 2048 causal.
+pub const FLASH_FLOPS_PER_NS: f64 = 16000.0;
 
 /// A flash kernel: a launch, its operands and results once, and its products (those of the
 /// blocks its mask leaves live) at the flash rate.
@@ -149,7 +156,44 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
         FlashKind::BackwardDq => d + 2.0 * dv,
         FlashKind::BackwardDkDv => 2.0 * d + 2.0 * dv,
     };
-    LAUNCH_NS + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS
+    // Workgroups (one per block of the default tiling's rows: queries, or keys for dK/dV)
+    // start in dispatch order on whichever SM frees first, one at a time per SM; each works in
+    // proportion to its live share of columns. The busiest SM sets the time: a last partial
+    // wave costs a whole one, and under a causal mask few waves balance badly (measured on the
+    // H200 against S = 4096: at S = 512, 1024, 2048 the kernels ran at 0.65, 0.91, 0.95 of that
+    // rate, causal ones at 0.45, 0.66, 0.85).
+    let by_keys = spec.kind == FlashKind::BackwardDkDv;
+    let rows = crate::Options::default().flash_tile.rows;
+    let per_block = crate::flash::live_per_row_block(&spec.score, rows, by_keys);
+    let r = spec.score.domain.len();
+    let batch: usize = spec.score.domain[..r - 2].iter().product();
+    let balance = sm_balance(batch, &per_block, crate::codegen::matmul::SMS);
+    LAUNCH_NS + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / balance
+}
+
+/// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` (in
+/// dispatch order: blocks fastest) keep busy when each starts on the SM that frees first.
+fn sm_balance(batch: usize, per_block: &[f64], sms: usize) -> f64 {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // integer work units (1/1024 of a full block) keep the heap's order total
+    let units: Vec<u64> = per_block
+        .iter()
+        .map(|&w| (w * 1024.0).round() as u64)
+        .collect();
+    let total: u64 = units.iter().sum::<u64>() * batch as u64;
+    if total == 0 || sms == 0 {
+        return 1.0;
+    }
+    let mut free: BinaryHeap<Reverse<u64>> = (0..sms).map(|_| Reverse(0)).collect();
+    for _ in 0..batch {
+        for &w in &units {
+            let Reverse(t) = free.pop().unwrap_or(Reverse(0));
+            free.push(Reverse(t + w));
+        }
+    }
+    let makespan = free.into_iter().map(|Reverse(t)| t).max().unwrap_or(0);
+    total as f64 / (makespan.max(1) * sms as u64) as f64
 }
 
 fn matmul_cost(g: &Graph, n: &ENode, a: &sinter_ir::TensorType, b: &sinter_ir::TensorType) -> f64 {
@@ -275,6 +319,7 @@ pub fn extract(
             let cost = match n.head {
                 // a thousandth: cheaper than any alternative, still worth sharing
                 Head::Flash(_) if settings.force_flash => 1e-3 * node_cost(g, n),
+                Head::Flash(_) if settings.forbid_flash => INFEASIBLE_NS,
                 Head::Kernel(_) | Head::Epilogue(..) | Head::Op(..)
                     if g[c].data.ty.size_bytes() as u64 > settings.max_binding
                         && node_cost(g, n) > 0.0 =>

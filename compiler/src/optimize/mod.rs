@@ -192,9 +192,27 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     }
     let settings = extract::Settings {
         force_flash: config.attention == AttentionPolicy::Flash,
+        forbid_flash: false,
         max_binding: config.max_binding,
     };
-    let choice = extract_round(&built, g, None, settings);
+    let mut choice = extract_round(&built, g, None, settings);
+    // Extraction's local search does not leave the flash kernels once they are in (their
+    // forward, backward and row statistics switch together, which no single move does): the
+    // unfused products are extracted too, and the cheaper choice kept.
+    let has_flash = built
+        .egraph
+        .classes()
+        .any(|c| c.nodes.iter().any(|n| matches!(n.head, Head::Flash(_))));
+    if config.attention == AttentionPolicy::Auto && has_flash {
+        let unfused = extract::Settings {
+            forbid_flash: true,
+            ..settings
+        };
+        let plain = extract_round(&built, g, None, unfused);
+        if plain.cost < choice.cost {
+            choice = plain;
+        }
+    }
     lap(&mut report, "extraction");
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
