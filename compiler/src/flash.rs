@@ -231,21 +231,12 @@ pub fn live_fraction(score: &Program, rows: usize, cols: usize) -> f64 {
     let r = score.domain.len();
     let (sq, sk) = (score.domain[r - 2], score.domain[r - 1]);
     let (bq, bk) = (rows.max(sq.div_ceil(64)), cols.max(sk.div_ceil(64)));
-    let batch: Vec<(f64, f64)> = score.domain[..r - 2]
-        .iter()
-        .map(|&n| (0.0, n.saturating_sub(1) as f64))
-        .collect();
     let (mut live, mut all) = (0usize, 0usize);
     for i0 in (0..sq).step_by(bq) {
-        for j0 in (0..sk).step_by(bk) {
-            let i = (i0 as f64, (i0 + bq).min(sq) as f64 - 1.0);
-            let j = (j0 as f64, (j0 + bk).min(sk) as f64 - 1.0);
-            let size = ((i.1 - i.0 + 1.0) * (j.1 - j.0 + 1.0)) as usize;
-            all += size;
-            if !block_dead(score, &batch, i, j) {
-                live += size;
-            }
-        }
+        let height = (i0 + bq).min(sq) - i0;
+        let (l, a) = live_in_strip(score, i0, bq, bk, false);
+        live += height * l;
+        all += height * a;
     }
     live as f64 / all.max(1) as f64
 }
@@ -257,29 +248,45 @@ pub fn live_per_row_block(score: &Program, rows: usize, by_keys: bool) -> Vec<f6
     let r = score.domain.len();
     let (sq, sk) = (score.domain[r - 2], score.domain[r - 1]);
     let (n_rows, n_cols) = if by_keys { (sk, sq) } else { (sq, sk) };
-    let bc = n_cols.div_ceil(64).max(1);
+    (0..n_rows)
+        .step_by(rows.max(1))
+        .map(|r0| {
+            let (live, all) = live_in_strip(score, r0, rows, n_cols.div_ceil(64).max(1), by_keys);
+            live as f64 / all.max(1) as f64
+        })
+        .collect()
+}
+
+/// The columns of the strip of `height` rows from `r0` (queries, or keys when `by_keys`) that
+/// are live and in all, swept in blocks of `width` columns, each block tested whole by
+/// [`block_dead`] over every batch coordinate.
+fn live_in_strip(
+    score: &Program,
+    r0: usize,
+    height: usize,
+    width: usize,
+    by_keys: bool,
+) -> (usize, usize) {
+    let r = score.domain.len();
+    let (sq, sk) = (score.domain[r - 2], score.domain[r - 1]);
+    let (n_rows, n_cols) = if by_keys { (sk, sq) } else { (sq, sk) };
     let batch: Vec<(f64, f64)> = score.domain[..r - 2]
         .iter()
         .map(|&n| (0.0, n.saturating_sub(1) as f64))
         .collect();
     let range = |lo: usize, len: usize, end: usize| (lo as f64, (lo + len).min(end) as f64 - 1.0);
-    (0..n_rows)
-        .step_by(rows.max(1))
-        .map(|r0| {
-            let row = range(r0, rows, n_rows);
-            let (mut live, mut all) = (0usize, 0usize);
-            for c0 in (0..n_cols).step_by(bc) {
-                let col = range(c0, bc, n_cols);
-                let size = (col.1 - col.0 + 1.0) as usize;
-                all += size;
-                let (i, j) = if by_keys { (col, row) } else { (row, col) };
-                if !block_dead(score, &batch, i, j) {
-                    live += size;
-                }
-            }
-            live as f64 / all.max(1) as f64
-        })
-        .collect()
+    let row = range(r0, height, n_rows);
+    let (mut live, mut all) = (0usize, 0usize);
+    for c0 in (0..n_cols).step_by(width) {
+        let col = range(c0, width, n_cols);
+        let size = (col.1 - col.0 + 1.0) as usize;
+        all += size;
+        let (i, j) = if by_keys { (col, row) } else { (row, col) };
+        if !block_dead(score, &batch, i, j) {
+            live += size;
+        }
+    }
+    (live, all)
 }
 
 /// Whether `score` is certainly `-inf` over the coordinate box (see [`live_fraction`]).

@@ -95,7 +95,7 @@ pub struct Options {
     /// dispatch when either binding is writable, so artifacts for browsers turn this off
     /// (`sinter compile --browser`); the runtime refuses such an artifact there with that hint.
     pub quad_aliases: bool,
-    /// The blocking of the flash-attention kernels ([`codegen::flash::Tiling::B`] by default: the
+    /// The blocking of the flash-attention kernels ([`codegen::flash::Tiling::DEFAULT`], B: the
     /// fastest measured, see BENCHMARKS.md "Flash tilings").
     /// For experiments the environment variable `SINTER_FLASH_TILE` (`a`, `b`, `c`, `d`; see
     /// [`codegen::flash::Tiling::NAMED`]) overrides it at compile time.
@@ -113,7 +113,7 @@ impl Default for Options {
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
             quad_aliases: true,
-            flash_tile: codegen::flash::Tiling::B,
+            flash_tile: codegen::flash::Tiling::DEFAULT,
         }
     }
 }

@@ -95,6 +95,9 @@ impl Tiling {
         chunk: 16,
         parts: 2,
     };
+    /// The tiling [`crate::Options`] uses unless told otherwise, and the one the cost model
+    /// plans for.
+    pub const DEFAULT: Tiling = Tiling::B;
     /// 64 × 64 blocks, 128 threads (8 across the columns, 16 across the rows), 4 × 8.
     pub const C: Tiling = Tiling {
         rows: 64,

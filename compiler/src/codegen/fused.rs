@@ -37,6 +37,18 @@ pub struct FusedKernel {
     pub outputs: Vec<View>,
 }
 
+impl FusedKernel {
+    /// Every tensor the kernel reads or writes: how the program accesses it, and its view
+    /// (operands, then outputs).
+    fn tensors(&self) -> impl Iterator<Item = (&Access, &View)> {
+        let p = &self.program;
+        p.operands
+            .iter()
+            .zip(&self.operands)
+            .chain(p.outputs.iter().map(|o| &o.access).zip(&self.outputs))
+    }
+}
+
 /// Strides of `view` per space axis of `p`, for a tensor accessed with `access`.
 fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
     let mut strides = vec![0; p.domain.len() + p.reduce.len()];
@@ -56,12 +68,7 @@ fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
 fn merge_reduce_axes(k: &FusedKernel) -> Option<FusedKernel> {
     let p = &k.program;
     let d = p.domain.len();
-    let tensors: Vec<(&Access, &View)> = p
-        .operands
-        .iter()
-        .zip(&k.operands)
-        .chain(p.outputs.iter().map(|o| &o.access).zip(&k.outputs))
-        .collect();
+    let tensors: Vec<(&Access, &View)> = k.tensors().collect();
     let pair = (0..p.reduce.len().saturating_sub(1)).find(|&i| {
         let (a, b) = (d + i, d + i + 1);
         let reads_coords = p
@@ -141,12 +148,7 @@ fn mapping(k: &FusedKernel) -> Mapping {
     }
     let (last_d, last_r) = (d - 1, d + r - 1);
     let (mut along_reduce, mut along_domain) = (0usize, 0usize);
-    let tensors = p
-        .operands
-        .iter()
-        .zip(&k.operands)
-        .chain(p.outputs.iter().map(|o| &o.access).zip(&k.outputs));
-    for (access, view) in tensors {
+    for (access, view) in k.tensors() {
         let s = space_strides(p, access, view);
         let bytes = view.numel();
         if s[last_r] == 1 {

@@ -163,7 +163,7 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
     // H200 against S = 4096: at S = 512, 1024, 2048 the kernels ran at 0.65, 0.91, 0.95 of that
     // rate, causal ones at 0.45, 0.66, 0.85).
     let by_keys = spec.kind == FlashKind::BackwardDkDv;
-    let rows = crate::Options::default().flash_tile.rows;
+    let rows = crate::codegen::flash::Tiling::DEFAULT.rows;
     let per_block = crate::flash::live_per_row_block(&spec.score, rows, by_keys);
     let r = spec.score.domain.len();
     let batch: usize = spec.score.domain[..r - 2].iter().product();
