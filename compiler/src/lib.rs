@@ -402,6 +402,7 @@ fn pack(
                     workgroup_size: [codegen::WORKGROUP, 1, 1],
                     arena_bindings: src.arenas.len() as u32,
                     loops_bounded: true,
+                    indices_in_range: src.indices_in_range,
                     rules: step.rules.clone(),
                     param_words: src.params.len() as u32,
                 });

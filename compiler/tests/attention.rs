@@ -254,13 +254,14 @@ fn broadcast_heads_and_forward_only() {
 /// The cost model's choice is never costlier than the unfused products: extraction's local
 /// search cannot leave flash kernels it started with, so the optimizer also extracts without
 /// them and keeps the cheaper choice. At GPT-2's heads (B 4, H 12, D 64) the model picks the
-/// unfused products (or a mix) at S = 512 and flash from S = 2048 causal, as measured on the
-/// H200 (BENCHMARKS.md, "Attention").
+/// unfused products (or a mix) at S = 512 and flash from S = 1024 causal (where the two measured
+/// within 1% of each other) and S = 2048 causal, as measured on the H200 (BENCHMARKS.md,
+/// "Attention").
 #[test]
 fn auto_is_never_costlier_than_the_unfused_products() {
     for (s, causal, flash_expected) in [
         (512, true, false),
-        (1024, true, false),
+        (1024, true, true),
         (1024, false, false),
         (2048, true, true),
         (2048, false, false),

@@ -27,6 +27,10 @@ pub struct AdapterChoice {
     /// subgroup form (`SINTER_SUBGROUPS=off`): for comparing the two, and for drivers whose
     /// subgroup support misbehaves.
     pub no_subgroups: bool,
+    /// Keep naga's index clamping in every kernel, even those whose indices the compiler
+    /// proved in range (`SINTER_INDEX_CHECKS=on`): for telling a kernel's own indexing bug
+    /// from another one.
+    pub check_all_indices: bool,
 }
 
 impl AdapterChoice {
@@ -44,6 +48,10 @@ impl AdapterChoice {
             no_subgroups: match var("SINTER_SUBGROUPS") {
                 None => false,
                 Some(value) => !parse_switch("SINTER_SUBGROUPS", &value)?,
+            },
+            check_all_indices: match var("SINTER_INDEX_CHECKS") {
+                None => false,
+                Some(value) => parse_switch("SINTER_INDEX_CHECKS", &value)?,
             },
         })
     }
@@ -122,6 +130,8 @@ pub struct Gpu {
     pub(crate) timestamps: Timestamps,
     /// The device has wgpu's `SUBGROUP` feature, so kernels run their subgroup forms.
     pub(crate) subgroups: bool,
+    /// See [`AdapterChoice::check_all_indices`].
+    pub(crate) check_all_indices: bool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -368,6 +378,7 @@ impl Gpu {
             uncaptured,
             timestamps,
             subgroups,
+            check_all_indices: choice.check_all_indices,
         })
     }
 

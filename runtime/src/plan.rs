@@ -228,6 +228,7 @@ mod tests {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            indices_in_range: false,
             rules: Vec::new(),
             param_words: 0,
         }

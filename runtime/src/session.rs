@@ -86,6 +86,8 @@ pub struct LoadReport {
     pub uniform_bytes: u64,
     /// Kernels built with wgpu's loop bounding off (`loops_bounded`).
     pub unbounded_loop_kernels: usize,
+    /// Kernels built without naga's index clamping (`indices_in_range`).
+    pub unchecked_index_kernels: usize,
     /// Kernels that run their subgroup form (`Kernel::subgroup_wgsl`).
     pub subgroup_kernels: usize,
 }
@@ -230,9 +232,10 @@ impl Session {
         let mut layout_of: HashMap<LayoutKey, usize> = HashMap::new();
         // (kernel, layout) of each distinct pipeline, created together below
         let mut jobs: Vec<(usize, usize)> = Vec::new();
-        let mut pipeline_of: HashMap<(&str, &str, bool, usize), usize> = HashMap::new();
+        // (source, entry, loops bounded, indices unchecked, layout)
+        let mut pipeline_of: HashMap<(&str, &str, bool, bool, usize), usize> = HashMap::new();
         let mut kernel_pipeline = vec![usize::MAX; artifact.kernels.len()];
-        let mut unbounded = 0;
+        let (mut unbounded, mut unchecked) = (0, 0);
         for (k, kernel) in artifact.kernels.iter().enumerate() {
             let block = plan.block_bytes[k];
             if block == 0 {
@@ -247,6 +250,7 @@ impl Session {
                 kernel.source(gpu.subgroups),
                 kernel.entry_point.as_str(),
                 kernel.loops_bounded,
+                unchecked_indices(&gpu, kernel),
                 layout,
             );
             if let Some(&p) = pipeline_of.get(&pkey) {
@@ -254,6 +258,7 @@ impl Session {
                 continue;
             }
             unbounded += usize::from(kernel.loops_bounded);
+            unchecked += usize::from(unchecked_indices(&gpu, kernel));
             jobs.push((k, layout));
             pipeline_of.insert(pkey, jobs.len() - 1);
             kernel_pipeline[k] = jobs.len() - 1;
@@ -337,6 +342,7 @@ impl Session {
             arena_bytes: arenas.iter().map(wgpu::Buffer::size).sum(),
             uniform_bytes: params.size(),
             unbounded_loop_kernels: unbounded,
+            unchecked_index_kernels: unchecked,
             subgroup_kernels: if gpu.subgroups {
                 artifact
                     .kernels
@@ -980,8 +986,24 @@ async fn create_one(
     kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
 ) -> (wgpu::ComputePipeline, Option<String>) {
-    gpu.capture(|| create_pipeline(&gpu.device, kernel.source(gpu.subgroups), kernel, layout))
-        .await
+    let unchecked = unchecked_indices(gpu, kernel);
+    gpu.capture(|| {
+        create_pipeline(
+            &gpu.device,
+            kernel.source(gpu.subgroups),
+            kernel,
+            layout,
+            unchecked,
+        )
+    })
+    .await
+}
+
+/// Whether `kernel`'s shader is built without naga's index clamping: the artifact says its
+/// indices are in range (`Kernel::indices_in_range`, which needs `loops_bounded`'s trusted
+/// module too) and the device was not asked to check every index (`SINTER_INDEX_CHECKS=on`).
+fn unchecked_indices(gpu: &Gpu, kernel: &sinter_artifact::artifact::Kernel) -> bool {
+    kernel.loops_bounded && kernel.indices_in_range && !gpu.check_all_indices
 }
 
 fn create_pipeline(
@@ -989,6 +1011,7 @@ fn create_pipeline(
     wgsl: &str,
     kernel: &sinter_artifact::artifact::Kernel,
     layout: &wgpu::PipelineLayout,
+    unchecked_indices: bool,
 ) -> wgpu::ComputePipeline {
     let desc = wgpu::ShaderModuleDescriptor {
         label: Some(&kernel.name),
@@ -997,11 +1020,14 @@ fn create_pipeline(
     let module = if kernel.loops_bounded {
         let checks = wgpu::ShaderRuntimeChecks {
             force_loop_bounding: false,
+            bounds_checks: !unchecked_indices,
             ..wgpu::ShaderRuntimeChecks::checked()
         };
         // SAFETY: the compiler sets `loops_bounded` only for kernels whose every loop has a trip
-        // count bounded by param-block values, so no loop runs forever; bounds checks stay on,
-        // so no access leaves its binding. (Loading an artifact means trusting its producer, as
+        // count bounded by param-block values, so no loop runs forever; and `indices_in_range`
+        // (which turns naga's bounds checks off) only for kernels whose every array index and
+        // storage address is in range by construction; other kernels keep the checks, so no
+        // access leaves its binding. (Loading an artifact means trusting its producer, as
         // running a binary does.)
         unsafe { device.create_shader_module_trusted(desc, checks) }
     } else {

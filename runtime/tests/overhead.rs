@@ -62,6 +62,7 @@ fn chain(d: u32) -> Artifact {
             workgroup_size: [64, 1, 1],
             arena_bindings: 1,
             loops_bounded: false,
+            indices_in_range: false,
             rules: Vec::new(),
             param_words: 4,
         }],

@@ -43,6 +43,7 @@ fn kernel(name: &str, pattern: &str, wgsl: String) -> Kernel {
         workgroup_size: [64, 1, 1],
         arena_bindings: 1,
         loops_bounded: false,
+        indices_in_range: false,
         rules: Vec::new(),
         param_words: 4,
     }

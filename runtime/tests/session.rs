@@ -56,6 +56,7 @@ fn kernel(name: &str, wgsl: String, arena_bindings: u32, loops_bounded: bool) ->
         workgroup_size: [64, 1, 1],
         arena_bindings,
         loops_bounded,
+        indices_in_range: false,
         rules: Vec::new(),
         param_words: 0,
     }
@@ -450,20 +451,26 @@ fn main() {
     }
     arena0[params.w[0].y] = acc;
 }";
-    let mut art = artifact(&[44]);
-    art.kernels = vec![kernel("sum", wgsl.into(), 1, true)];
-    art.kernels[0].workgroup_size = [1, 1, 1];
-    art.dispatches = vec![dispatch(0, vec![0], vec![0, 10, 10, 0], 1)];
-    art.tensors = vec![
-        slot("x", Role::Input, TensorType::f32(vec![10]), 0, 0),
-        slot("sum", Role::Output, TensorType::f32(vec![]), 0, 40),
-    ];
-    let Some(mut s) = load(art) else { return };
-    assert_eq!(s.report().unbounded_loop_kernels, 1);
-    let x: Vec<f32> = (1..=10).map(|i| i as f32).collect();
-    let out = s.run(&[("x", &f32_tensor(&[10], &x))]).unwrap();
-    let sum = out.get("sum").unwrap();
-    assert_eq!((sum.shape.as_slice(), f32s(sum)), (&[][..], &[55.0][..]));
+    // the same with naga's index clamping off too (`indices_in_range`)
+    for in_range in [false, true] {
+        let mut art = artifact(&[44]);
+        art.kernels = vec![kernel("sum", wgsl.into(), 1, true)];
+        art.kernels[0].workgroup_size = [1, 1, 1];
+        art.kernels[0].indices_in_range = in_range;
+        art.dispatches = vec![dispatch(0, vec![0], vec![0, 10, 10, 0], 1)];
+        art.tensors = vec![
+            slot("x", Role::Input, TensorType::f32(vec![10]), 0, 0),
+            slot("sum", Role::Output, TensorType::f32(vec![]), 0, 40),
+        ];
+        let Some(mut s) = load(art) else { return };
+        let report = s.report();
+        assert_eq!(report.unbounded_loop_kernels, 1);
+        assert_eq!(report.unchecked_index_kernels, usize::from(in_range));
+        let x: Vec<f32> = (1..=10).map(|i| i as f32).collect();
+        let out = s.run(&[("x", &f32_tensor(&[10], &x))]).unwrap();
+        let sum = out.get("sum").unwrap();
+        assert_eq!((sum.shape.as_slice(), f32s(sum)), (&[][..], &[55.0][..]));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

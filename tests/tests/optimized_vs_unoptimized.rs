@@ -157,4 +157,13 @@ fn flash_trains_like_unfused(src: &str, given: &[(&str, sinter_ir::interp::Tenso
         .filter(|k| k.pattern.starts_with("flash_attention"))
         .count();
     assert_eq!(flash, 3, "forward, dQ and dK/dV kernels");
+    // only the flash kernels drop naga's index clamping (and ran so above)
+    for k in &artifact.kernels {
+        assert_eq!(
+            k.indices_in_range,
+            k.pattern.starts_with("flash_attention"),
+            "{}",
+            k.name
+        );
+    }
 }

@@ -119,6 +119,7 @@ fn kernel_json(artifact: &Artifact, index: usize, with_wgsl: bool) -> Value {
         "workgroup_size": k.workgroup_size,
         "arena_bindings": k.arena_bindings,
         "loops_bounded": k.loops_bounded,
+        "indices_in_range": k.indices_in_range,
         "rules": k.rules,
     });
     if with_wgsl {

@@ -59,13 +59,14 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         console::println(&format!("adapter: {}", session.gpu().describe()))?;
         let r = session.report();
         console::println(&format!(
-            "loaded: {} kernels ({} with subgroups), {} pipelines ({} without loop bounding), \
-             {} bind group layouts, {} bind groups, {} dispatches per step, arena {}, param \
+            "loaded: {} kernels ({} with subgroups), {} pipelines ({} without loop bounding, {} without \
+             index clamping), {} bind group layouts, {} bind groups, {} dispatches per step, arena {}, param \
              blocks {}",
             r.kernels,
             r.subgroup_kernels,
             r.pipelines,
             r.unbounded_loop_kernels,
+            r.unchecked_index_kernels,
             r.bind_group_layouts,
             r.bind_groups,
             r.dispatches,

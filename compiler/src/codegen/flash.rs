@@ -344,6 +344,10 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
 }
 
 pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u32) {
+    // Workgroup and register arrays are indexed by tile coordinates within their sizes; global
+    // reads clamp their rows and columns (`min(.., len - 1)`) and writes are masked to the
+    // extents, so naga's clamps are redundant (they cost these kernels 12%).
+    e.indices_in_range();
     let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
     let lay = Layout::of(&t);
     let nb = k.batch.len();

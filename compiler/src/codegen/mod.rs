@@ -50,6 +50,8 @@ pub struct KernelSource {
     pub loop_iterations: u64,
     /// `[param word, arena binding]` of every param word that holds a base element offset.
     pub address_words: Vec<[u32; 2]>,
+    /// See [`Emitter::indices_in_range`].
+    pub indices_in_range: bool,
 }
 
 /// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
@@ -79,6 +81,7 @@ pub fn emit(
         address_words: Vec::new(),
         quads: Vec::new(),
         subgroup_body: None,
+        indices_in_range: false,
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -114,6 +117,7 @@ pub struct Emitter<'m> {
     /// The body's form with subgroup operations, when the kernel has one (same params and
     /// bindings as the plain body).
     subgroup_body: Option<String>,
+    indices_in_range: bool,
 }
 
 impl Emitter<'_> {
@@ -202,6 +206,15 @@ impl Emitter<'_> {
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
+    /// Declares that every index the kernel makes into a workgroup or function-local array,
+    /// and every storage address, is in range by construction (its global reads clamped, its
+    /// writes masked), so that the runtime may drop naga's index clamping
+    /// (`Kernel::indices_in_range`). Only emitters whose indexing is checked by tests at ragged
+    /// shapes with the clamping off (every runtime test runs that way) declare it.
+    pub fn indices_in_range(&mut self) {
+        self.indices_in_range = true;
+    }
+
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
         let start = (self.mem.placements[buffer.0 as usize].offset / WORD_BYTES) as usize;
         let slot = self.arena_slot(buffer) as u32;
@@ -267,6 +280,7 @@ impl Emitter<'_> {
             workgroup_storage_bytes,
             loop_iterations: self.loop_iterations,
             address_words: self.address_words,
+            indices_in_range: self.indices_in_range,
         })
     }
 }

@@ -137,6 +137,12 @@ pub struct Kernel {
     /// Every loop's trip count is bounded by param-block values, so the runtime may turn off
     /// wgpu's loop bounding for this shader.
     pub loops_bounded: bool,
+    /// Every index into a workgroup or function-local array, and every storage address, is in
+    /// range by construction (the kernel clamps or masks its global reads and writes itself),
+    /// so the runtime may build the shader without naga's index clamping. The flash kernels
+    /// set it: the clamps cost them 12% (BENCHMARKS, "Index clamping").
+    #[serde(default)]
+    pub indices_in_range: bool,
     /// The rewrite rules that built this kernel (empty for a kernel of one source op).
     #[serde(default)]
     pub rules: Vec<String>,
