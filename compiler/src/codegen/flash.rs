@@ -9,8 +9,8 @@
 //! accumulates the same rows' outputs over the column quads `tx + TX·q` (columns
 //! `4·(tx + TX·q) ..+ 4`, q < ⌈width / 4·TX⌉) as `vec4`s. [`Tiling::B`] (128 × 64, 16 × 16
 //! threads, 8 × 4) is the default, the fastest measured; a kernel whose accumulators would
-//! pass the registers that [`Tiling::A`] (64 × 64, 4 × 4) needs at its widest head falls back
-//! to A (with B: dK/dV at head dims above 64).
+//! pass its register budget falls back to [`Tiling::A`] (64 × 64, 4 × 4; with B: dK/dV at head
+//! dims above 128, dQ above 192).
 //!
 //! **Stages.** All operands reach workgroup memory (one `array<vec4<f32>>`, ≤ 32 KiB) in
 //! *stages* of whole `vec4`s per thread, double-buffered: a stage is stored, a barrier passes,
@@ -170,14 +170,28 @@ impl Tiling {
         }
     }
 
-    /// This tiling for a kernel, or [`Tiling::A`] where its accumulators would pass what A
-    /// needs at the widest head in the dK/dV kernel (160 floats).
+    /// This tiling for a kernel, or [`Tiling::A`] where its accumulators would pass the
+    /// kernel's [`register_budget`].
     pub fn for_kernel(self, kind: FlashKind, d: usize, dv: usize) -> Tiling {
-        let budget = Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM);
-        if self.registers(kind, d, dv) <= budget {
+        if self.registers(kind, d, dv) <= register_budget(kind) {
             self
         } else {
             Tiling::A
+        }
+    }
+}
+
+/// Accumulator floats per thread that a kernel of `kind` may keep before its tiling falls back
+/// to [`Tiling::A`]: what A needs at the widest head in the dK/dV kernel (160), and in the
+/// dK/dV kernel the 192 that B needs at head dim 128. Measured on the H200 (BENCHMARKS.md,
+/// "Flash tilings"): B's dK/dV at head dim 128 took 32.9 ms against A's 37.7 at S = 4096, and
+/// 18.2 against 19.9 causal; B's dQ at head dim 256 (also 192 floats) was slower than A's
+/// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160.
+fn register_budget(kind: FlashKind) -> usize {
+    match kind {
+        FlashKind::BackwardDkDv => Tiling::B.registers(kind, 128, 128),
+        FlashKind::Forward | FlashKind::BackwardDq => {
+            Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM)
         }
     }
 }
@@ -1507,19 +1521,30 @@ mod tests {
     /// tile, column buffers and row statistics apart, even column-stage counts, and the
     /// register budget.
     #[test]
+    fn register_budgets() {
+        assert_eq!(register_budget(FlashKind::Forward), 160);
+        assert_eq!(register_budget(FlashKind::BackwardDq), 160);
+        assert_eq!(register_budget(FlashKind::BackwardDkDv), 192);
+        // B takes dK/dV up to head dim 128, A above
+        let dkdv = |d| Tiling::B.for_kernel(FlashKind::BackwardDkDv, d, d);
+        assert_eq!((dkdv(128), dkdv(129)), (Tiling::B, Tiling::A));
+        let dq = |d| Tiling::B.for_kernel(FlashKind::BackwardDq, d, d);
+        assert_eq!((dq(192), dq(256)), (Tiling::B, Tiling::A));
+    }
+
+    #[test]
     fn tilings_fit() {
         let kinds = [
             FlashKind::Forward,
             FlashKind::BackwardDq,
             FlashKind::BackwardDkDv,
         ];
-        let budget = Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM);
         for &(name, named) in &Tiling::NAMED {
             for kind in kinds {
                 for d in (1..=MAX_HEAD_DIM).step_by(7).chain([MAX_HEAD_DIM]) {
                     let t = named.for_kernel(kind, d, d);
                     let why = format!("tiling {name} ({t:?}), {kind:?}, d = {d}");
-                    assert!(t.registers(kind, d, d) <= budget, "{why}");
+                    assert!(t.registers(kind, d, d) <= register_budget(kind), "{why}");
                     assert!(t.threads() <= 256, "{why}");
                     assert!(
                         t.rows.is_multiple_of(t.threads_y) && t.cols.is_multiple_of(t.threads_x),
