@@ -90,6 +90,7 @@ pub fn lower(
             ..Schedule::default()
         },
         views: HashMap::new(),
+        pending_copies: HashMap::new(),
         needed: needed_values(g),
         matmul_tile: options.matmul_tile,
         matmul_split: options.matmul_split,
@@ -148,6 +149,11 @@ struct Lowering<'g> {
     g: &'g KernelGraph,
     sched: Schedule,
     views: HashMap<ValueId, View>,
+    /// Reshapes whose source view cannot be reshaped without moving data, by value: the source
+    /// view and the step's label. The copy is made where the value is first read (`view`),
+    /// unless a `concat` reads it first: that copies the source straight into its part of the
+    /// result, viewed in the source's shape, saving a pass over the value.
+    pending_copies: HashMap<ValueId, (View, String)>,
     needed: Vec<bool>,
     matmul_tile: Option<Tile>,
     matmul_split: Option<usize>,
@@ -203,6 +209,13 @@ impl Lowering<'_> {
     fn view(&mut self, v: ValueId) -> Result<View, CompileError> {
         if let Some(view) = self.views.get(&v) {
             return Ok(view.clone());
+        }
+        if let Some((src, label)) = self.pending_copies.remove(&v) {
+            let tmp = self.temp(v);
+            let dense = View::contiguous(tmp.buffer, &src.shape);
+            self.copy(&src, self.dtype(v), &dense, label);
+            self.views.insert(v, tmp.clone());
+            return Ok(tmp);
         }
         let node = self.g.producer(v).expect("declarations have views");
         let label = node.sources.join("; ");
@@ -357,16 +370,14 @@ impl Lowering<'_> {
             }
             Reshape => {
                 let x = self.view(node.inputs[0])?;
-                let view = match x.reshape(&out_ty.shape) {
-                    Some(v) => v,
-                    None => {
-                        let tmp = self.temp(out);
-                        let dense = View::contiguous(tmp.buffer, &x.shape);
-                        self.copy(&x, out_ty.dtype, &dense, label);
-                        tmp
+                match x.reshape(&out_ty.shape) {
+                    Some(view) => {
+                        self.views.insert(out, view);
                     }
-                };
-                self.views.insert(out, view);
+                    None => {
+                        self.pending_copies.insert(out, (x, label));
+                    }
+                }
             }
             Permute => {
                 let perm = node.attr(key::PERM);
@@ -405,11 +416,20 @@ impl Lowering<'_> {
                 let dst = self.temp(out);
                 let mut at = 0;
                 for &x in &node.inputs {
-                    let xv = self.view(x)?;
-                    let len = xv.shape[axis];
+                    let len = self.g.ty(x).shape[axis];
                     let part = dst.slice(axis, at, len, 1);
-                    self.copy(&xv, out_ty.dtype, &part, label.clone());
                     at += len;
+                    // a pending reshape copies its source into the part, seen in that shape
+                    let direct = self.pending_copies.get(&x).and_then(|(src, reshape)| {
+                        let seen = part.reshape(&src.shape)?;
+                        Some((src.clone(), seen, format!("{reshape}; {label}")))
+                    });
+                    if let Some((src, seen, both)) = direct {
+                        self.copy(&src, out_ty.dtype, &seen, both);
+                        continue;
+                    }
+                    let xv = self.view(x)?;
+                    self.copy(&xv, out_ty.dtype, &part, label.clone());
                 }
                 self.views.insert(out, dst);
             }

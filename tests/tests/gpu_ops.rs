@@ -176,6 +176,32 @@ fn concat_and_cast_layouts() {
     check_gpu(src, EXACTISH, &[], 1);
 }
 
+/// A reshape that needs a copy (heads merged after a permute) feeding a `concat` is copied
+/// straight into its part of the result: one copy per part, not two. Where the part cannot be
+/// seen in the source's shape, or the reshaped value is read elsewhere too, it is materialized.
+#[test]
+fn reshaped_parts_are_copied_into_the_concat() {
+    let merged = |x: &str| format!("reshape(permute({x}, perm=[0, 2, 1, 3]), shape=[2, 5, 12])");
+    let direct = format!(
+        "graph t {{\n  input q: f32[2, 3, 5, 4]\n  input k: f32[2, 3, 5, 4]\n  y = concat({}, {}, axis=2)\n  output y\n}}\n",
+        merged("q"),
+        merged("k")
+    );
+    // the merged q is also an output; a part that cannot take the source's shape ([2, 12]
+    // columns of a [2, 24] result seen as [6, 4]) is materialized first
+    let fallback = format!(
+        "graph t {{\n  input q: f32[2, 3, 5, 4]\n  input a: f32[4, 6]\n  input b: f32[4, 6]\n  m = {}\n  y = concat(m, m, axis=1)\n  p = reshape(transpose(a, dim0=0, dim1=1), shape=[2, 12])\n  w = concat(p, reshape(transpose(b, dim0=0, dim1=1), shape=[2, 12]), axis=1)\n  output y, m, w\n}}\n",
+        merged("q")
+    );
+    for (src, dispatches) in [(&direct, 2), (&fallback, 2 + 1 + 4)] {
+        check_gpu(src, EXACTISH, &[], 1);
+        let graph = sinter_ir::text::parse(src).expect("valid program");
+        let compiled = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+            .expect("compiles");
+        assert_eq!(compiled.artifact.dispatches.len(), dispatches, "{src}");
+    }
+}
+
 #[test]
 fn matmul_shapes() {
     for (sa, sb) in [
