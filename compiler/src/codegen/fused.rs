@@ -458,10 +458,8 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         if points == 1 {
             decompose_into(&mut self.body, "    ", "gi", 0, &dims);
         } else {
-            let mut coords = String::new();
-            decompose_into(&mut coords, "    ", "gi", 0, &dims);
-            self.body
-                .push_str(&coords.replace("let c0 = ", "let first0 = "));
+            // the outermost coordinate of the thread's first point; `c0` steps from it
+            decompose_named(&mut self.body, "    ", "gi", 0, &dims, "first0");
             let step = self.e.param(chunk);
             writeln!(
                 self.body,
@@ -803,9 +801,21 @@ fn each(s: &mut String, unroll: u32, rdims: &[String], first: usize, body: &str)
 
 /// `let c{first + axis} = ...;` for the coordinates of the linear index `index` over `dims`.
 fn decompose_into(out: &mut String, indent: &str, index: &str, first: usize, dims: &[String]) {
+    decompose_named(out, indent, index, first, dims, &format!("c{first}"));
+}
+
+/// [`decompose_into`], naming the outermost coordinate `outer` instead of `c{first}`.
+fn decompose_named(
+    out: &mut String,
+    indent: &str,
+    index: &str,
+    first: usize,
+    dims: &[String],
+    outer: &str,
+) {
     match dims.len() {
         0 => {}
-        1 => writeln!(out, "{indent}let c{first} = {index};").unwrap(),
+        1 => writeln!(out, "{indent}let {outer} = {index};").unwrap(),
         n => {
             let rem = format!("rem{first}");
             writeln!(out, "{indent}var {rem} = {index};").unwrap();
@@ -814,7 +824,7 @@ fn decompose_into(out: &mut String, indent: &str, index: &str, first: usize, dim
                 writeln!(out, "{indent}let c{} = {rem} % {d};", first + axis).unwrap();
                 writeln!(out, "{indent}{rem} = {rem} / {d};").unwrap();
             }
-            writeln!(out, "{indent}let c{first} = {rem};").unwrap();
+            writeln!(out, "{indent}let {outer} = {rem};").unwrap();
         }
     }
 }
