@@ -86,7 +86,7 @@ pub struct LoadReport {
     pub uniform_bytes: u64,
     /// Kernels built with wgpu's loop bounding off (`loops_bounded`).
     pub unbounded_loop_kernels: usize,
-    /// Kernels built without naga's index clamping (`indices_in_range`).
+    /// Pipelines built without naga's index clamping (`indices_in_range`).
     pub unchecked_index_kernels: usize,
     /// Kernels that run their subgroup form (`Kernel::subgroup_wgsl`).
     pub subgroup_kernels: usize,

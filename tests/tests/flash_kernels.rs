@@ -283,7 +283,7 @@ fn backward_dkdv() {
 
 /// Every tiling but the default ([`Tiling::NAMED`]) against the interpreter: ragged lengths
 /// around the block sizes, each head width class (a kernel whose accumulators would not fit
-/// falls back to the default), causal and not, different query and key lengths, shared keys.
+/// falls back to tiling A), causal and not, different query and key lengths, shared keys.
 /// `SINTER_FLASH_TILE` overrides the tiling of every compile, these included.
 #[test]
 fn other_tilings() {

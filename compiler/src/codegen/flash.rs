@@ -108,8 +108,8 @@ impl Tiling {
         parts: 1,
     };
     /// 128 rows × 64 columns, 128 threads (8 × 16), 8 × 8 like the best matmul; its
-    /// accumulators fit the register budget only in the forward (heads up to 96) and dQ (up
-    /// to 32).
+    /// accumulators fit the register budgets only in the forward (heads up to 96), dQ and
+    /// dK/dV (both up to 32).
     pub const D: Tiling = Tiling {
         rows: 128,
         cols: 64,

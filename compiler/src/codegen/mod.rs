@@ -203,9 +203,6 @@ impl Emitter<'_> {
         }
     }
 
-    /// Absolute element offset of `offset` elements into `buffer`, as a param read.
-    /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
-    /// against the size of the arena it indexes.
     /// Declares that every index the kernel makes into a workgroup or function-local array,
     /// and every storage address, is in range by construction (its global reads clamped, its
     /// writes masked), so that the runtime may drop naga's index clamping
@@ -215,6 +212,9 @@ impl Emitter<'_> {
         self.indices_in_range = true;
     }
 
+    /// Absolute element offset of `offset` elements into `buffer`, as a param read.
+    /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
+    /// against the size of the arena it indexes.
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
         let start = (self.mem.placements[buffer.0 as usize].offset / WORD_BYTES) as usize;
         let slot = self.arena_slot(buffer) as u32;
