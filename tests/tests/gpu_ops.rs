@@ -202,6 +202,37 @@ fn reshaped_parts_are_copied_into_the_concat() {
     }
 }
 
+/// An assign whose source is a reshape that needs a copy: the copy is made where the assign
+/// reads it (after every step), and the next run starts from the moved state.
+#[test]
+fn assign_of_a_reshape_that_needs_a_copy() {
+    let src = "graph t {
+  state s: f32[6] = normal(seed=3)
+  assign s = reshape(transpose(reshape(s, shape=[2, 3]), dim0=0, dim1=1), shape=[6])
+  output s
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid program");
+    let compiled =
+        sinter_compiler::compile(&graph, &sinter_compiler::Options::default()).expect("compiles");
+    let mut session =
+        sinter_runtime::Session::load(compiled.artifact).unwrap_or_else(|e| panic!("load: {e}"));
+    let none = std::collections::HashMap::new();
+    let first = sinter_tests::run_session(&mut session, &none)["s"]
+        .data
+        .clone();
+    let second = sinter_tests::run_session(&mut session, &none)["s"]
+        .data
+        .clone();
+    // s'[j, i] = s[i, j] over [2, 3]
+    let moved: Vec<f64> = (0..3)
+        .flat_map(|j| (0..2).map(move |i| (i, j)))
+        .map(|(i, j)| first[i * 3 + j])
+        .collect();
+    assert!(first.iter().all(|&v| v != 0.0));
+    assert_eq!(second, moved);
+}
+
 #[test]
 fn matmul_shapes() {
     for (sa, sb) in [
