@@ -37,6 +37,8 @@ impl AdapterChoice {
     /// `SINTER_BACKEND` (else `WGPU_BACKEND`) and `SINTER_ADAPTER`.
     pub fn from_env() -> Result<AdapterChoice, RuntimeError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        // an on/off setting, if set
+        let switch = |name: &'static str| var(name).map(|v| parse_switch(name, &v)).transpose();
         let backends = match var("SINTER_BACKEND") {
             Some(value) => Some(parse_backend(&value)?),
             None => wgpu::Backends::from_env(),
@@ -45,14 +47,8 @@ impl AdapterChoice {
             backends,
             name_contains: var("SINTER_ADAPTER"),
             profiling: false,
-            no_subgroups: match var("SINTER_SUBGROUPS") {
-                None => false,
-                Some(value) => !parse_switch("SINTER_SUBGROUPS", &value)?,
-            },
-            check_all_indices: match var("SINTER_INDEX_CHECKS") {
-                None => false,
-                Some(value) => parse_switch("SINTER_INDEX_CHECKS", &value)?,
-            },
+            no_subgroups: !switch("SINTER_SUBGROUPS")?.unwrap_or(true),
+            check_all_indices: switch("SINTER_INDEX_CHECKS")?.unwrap_or(false),
         })
     }
 }

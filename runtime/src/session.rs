@@ -246,11 +246,12 @@ impl Session {
                 layouts.push(create_layout(device, key));
                 layouts.len() - 1
             });
+            let unchecked_here = unchecked_indices(&gpu, kernel);
             let pkey = (
                 kernel.source(gpu.subgroups),
                 kernel.entry_point.as_str(),
                 kernel.loops_bounded,
-                unchecked_indices(&gpu, kernel),
+                unchecked_here,
                 layout,
             );
             if let Some(&p) = pipeline_of.get(&pkey) {
@@ -258,7 +259,7 @@ impl Session {
                 continue;
             }
             unbounded += usize::from(kernel.loops_bounded);
-            unchecked += usize::from(unchecked_indices(&gpu, kernel));
+            unchecked += usize::from(unchecked_here);
             jobs.push((k, layout));
             pipeline_of.insert(pkey, jobs.len() - 1);
             kernel_pipeline[k] = jobs.len() - 1;
