@@ -195,24 +195,35 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
         forbid_flash: false,
         max_binding: config.max_binding,
     };
-    let mut choice = extract_round(&built, g, None, settings);
     // Extraction's local search does not leave the flash kernels once they are in (their
     // forward, backward and row statistics switch together, which no single move does): the
-    // unfused products are extracted too, and the cheaper choice kept.
+    // unfused products are extracted too, on a second thread, and the cheaper choice kept.
     let has_flash = built
         .egraph
         .classes()
         .any(|c| c.nodes.iter().any(|n| matches!(n.head, Head::Flash(_))));
-    if config.attention == AttentionPolicy::Auto && has_flash {
+    let level = levels(&built, g);
+    let choice = if config.attention == AttentionPolicy::Auto && has_flash {
         let unfused = extract::Settings {
             forbid_flash: true,
             ..settings
         };
-        let plain = extract_round(&built, g, None, unfused);
-        if plain.cost < choice.cost {
-            choice = plain;
+        let (flash, plain) = std::thread::scope(|s| {
+            let plain = s.spawn(|| extract_round(&built, &level, None, unfused));
+            let flash = extract_round(&built, &level, None, settings);
+            (
+                flash,
+                plain.join().expect("the unfused extraction does not panic"),
+            )
+        });
+        if plain.cost < flash.cost {
+            plain
+        } else {
+            flash
         }
-    }
+    } else {
+        extract_round(&built, &level, None, settings)
+    };
     lap(&mut report, "extraction");
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
@@ -224,7 +235,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     report.sets.push(set);
     built.egraph = egraph;
     lap(&mut report, name);
-    let choice = extract_round(&built, g, Some(&choice.node), settings);
+    let choice = extract_round(&built, &levels(&built, g), Some(&choice.node), settings);
     lap(&mut report, "extraction");
     report.cost_after = choice.cost;
     report.egraph_nodes = built.egraph.total_number_of_nodes();
@@ -232,6 +243,9 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     // what each kernel computes inside itself, with its keys canonical in the final e-graph
     let fused = state.next_round(&built.egraph, HashSet::default());
     let mut kg = to_kernel_graph(&built, g, &choice, Some(&fused));
+    // Freeing the e-graph's many small allocations takes tens of milliseconds of a large
+    // step's compile: another thread does it while lowering goes on.
+    //DROP std::thread::spawn(move || drop((built, state, fused)));
     lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
@@ -241,16 +255,15 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
 
 fn extract_round(
     b: &Built,
-    g: &Graph,
+    levels: &HashMap<Id, u64>,
     previous: Option<&HashMap<Id, ENode>>,
     settings: extract::Settings,
 ) -> extract::Choice {
-    let levels = levels(b, g);
     let root = b.egraph.find(b.root);
     extract::extract(
         &b.egraph,
         root,
-        &levels,
+        levels,
         previous,
         Duration::from_secs(2),
         settings,
@@ -481,9 +494,14 @@ fn relevel(eg: &analysis::Graph, level: HashMap<Id, u64>) -> HashMap<Id, u64> {
         let proj = eg[*c].nodes.iter().any(|n| matches!(n.head, Head::Proj(_)));
         (!proj, level[c], *c)
     });
+    // A topological order of the classes under the edges so far, kept valid as edges are
+    // added: a path only rises in it, so a cycle check searches no higher than the highest
+    // operand, and each check stays within one attention's classes instead of the graph.
+    let mut order = Order::new(&level, &dependents);
     let mut admitted = 0;
     for (c, kids) in violators.into_iter().take(RELEVEL_TRIES) {
         // a cycle iff some operand already (transitively) comes after `c`
+        let bound = kids.iter().map(|k| order.pos[k]).max().unwrap_or(0);
         let mut seen: HashSet<Id> = HashSet::default();
         let mut stack = vec![c];
         let mut cycle = false;
@@ -493,12 +511,14 @@ fn relevel(eg: &analysis::Graph, level: HashMap<Id, u64>) -> HashMap<Id, u64> {
                 break;
             }
             if seen.insert(x) {
-                stack.extend(dependents.get(&x).into_iter().flatten().copied());
+                let next = dependents.get(&x).into_iter().flatten().copied();
+                stack.extend(next.filter(|d| order.pos[d] <= bound));
             }
         }
         if !cycle {
             for k in kids {
                 dependents.entry(k).or_default().push(c);
+                order.add_edge(k, c, &dependents);
             }
             admitted += 1;
         }
@@ -531,6 +551,64 @@ fn relevel(eg: &analysis::Graph, level: HashMap<Id, u64>) -> HashMap<Id, u64> {
     }
     debug_assert_eq!(out.len(), level.len(), "the admitted edges are acyclic");
     out
+}
+
+/// A topological order of classes under a growing set of edges (Pearce and Kelly's dynamic
+/// topological sort): adding an edge that runs against the order reorders only the classes
+/// between its two ends.
+struct Order {
+    /// Each class's position.
+    pos: HashMap<Id, usize>,
+    /// Each class's predecessors (the reverse of the edges).
+    preds: HashMap<Id, Vec<Id>>,
+}
+
+impl Order {
+    /// The order of `level` (ties by id), which `dependents`' edges all follow.
+    fn new(level: &HashMap<Id, u64>, dependents: &HashMap<Id, Vec<Id>>) -> Order {
+        let mut at: Vec<Id> = level.keys().copied().collect();
+        at.sort_by_key(|c| (level[c], *c));
+        let pos = at.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let mut preds: HashMap<Id, Vec<Id>> = HashMap::default();
+        for (&k, ds) in dependents {
+            for &d in ds {
+                preds.entry(d).or_default().push(k);
+            }
+        }
+        Order { pos, preds }
+    }
+
+    /// Records the edge `from -> to` (already in `dependents`, and closing no cycle).
+    fn add_edge(&mut self, from: Id, to: Id, dependents: &HashMap<Id, Vec<Id>>) {
+        self.preds.entry(to).or_default().push(from);
+        let (lb, ub) = (self.pos[&to], self.pos[&from]);
+        if lb > ub {
+            return;
+        }
+        // what `to` reaches up to `from`'s position, and what reaches `from` down to `to`'s
+        let reach = |start: Id, edges: &HashMap<Id, Vec<Id>>, inside: &dyn Fn(usize) -> bool| {
+            let mut seen: HashSet<Id> = HashSet::default();
+            let mut stack = vec![start];
+            let mut found = Vec::new();
+            while let Some(x) = stack.pop() {
+                if seen.insert(x) {
+                    found.push(x);
+                    let next = edges.get(&x).into_iter().flatten().copied();
+                    stack.extend(next.filter(|y| inside(self.pos[y])));
+                }
+            }
+            found.sort_by_key(|c| self.pos[c]);
+            found
+        };
+        let after = reach(to, dependents, &|p| p <= ub);
+        let before = reach(from, &self.preds, &|p| p >= lb);
+        // the same positions, the classes reaching `from` first
+        let mut slots: Vec<usize> = after.iter().chain(&before).map(|c| self.pos[c]).collect();
+        slots.sort_unstable();
+        for (&c, slot) in before.iter().chain(&after).zip(slots) {
+            self.pos.insert(c, slot);
+        }
+    }
 }
 
 /// The kernel graph of an extraction: chosen nodes in dependency order.
@@ -1024,5 +1102,82 @@ impl Exploration<'_> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `to` is reachable from `from` along `edges` (a plain search, for checking).
+    fn reaches(edges: &HashMap<Id, Vec<Id>>, from: Id, to: Id) -> bool {
+        let mut seen: HashSet<Id> = HashSet::default();
+        let mut stack = vec![from];
+        while let Some(x) = stack.pop() {
+            if x == to {
+                return true;
+            }
+            if seen.insert(x) {
+                stack.extend(edges.get(&x).into_iter().flatten().copied());
+            }
+        }
+        false
+    }
+
+    /// `Order` keeps a topological order of every edge added, whatever order the edges come
+    /// in: random graphs over random initial levels, each acyclic edge added one by one.
+    #[test]
+    fn order_stays_topological_as_edges_arrive() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            // xorshift64
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut against = 0;
+        for _ in 0..60 {
+            let n = 2 + next(40);
+            let ids: Vec<Id> = (0..n).map(Id::from).collect();
+            let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, next(8) as u64)).collect();
+            // edges that follow the levels, as `relevel` starts with
+            let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
+            for _ in 0..n {
+                let (a, b) = (ids[next(n)], ids[next(n)]);
+                if level[&a] < level[&b] {
+                    dependents.entry(a).or_default().push(b);
+                }
+            }
+            let mut order = Order::new(&level, &dependents);
+            for _ in 0..3 * n {
+                let (a, b) = (ids[next(n)], ids[next(n)]);
+                if a == b || reaches(&dependents, b, a) {
+                    continue;
+                }
+                against += usize::from(order.pos[&a] > order.pos[&b]);
+                dependents.entry(a).or_default().push(b);
+                order.add_edge(a, b, &dependents);
+                let mut slots: Vec<usize> = order.pos.values().copied().collect();
+                slots.sort_unstable();
+                assert_eq!(
+                    slots,
+                    (0..n).collect::<Vec<_>>(),
+                    "positions stay a permutation"
+                );
+                for (k, ds) in &dependents {
+                    for d in ds {
+                        assert!(
+                            order.pos[k] < order.pos[d],
+                            "edge {k} -> {d} runs backwards"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            against > 100,
+            "the edges exercise reordering ({against} ran against it)"
+        );
     }
 }
