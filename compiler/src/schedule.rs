@@ -616,6 +616,9 @@ impl Lowering<'_> {
             // the partials would not fit in one binding: unsplit
             (tile, splits) = choose(Some(1));
         }
+        if self.matmul_tile.is_none() {
+            tile = matmul::deepen(tile, bv.strides[bv.rank() - 1] == 1);
+        }
         let step = KNode {
             sources: vec![label],
             ..node.clone()

@@ -590,11 +590,24 @@ fn op_gradients() {
     }
 }
 
+/// The automatic choice, then every block shape forced.
+const EVERY_TILE: [Option<sinter_compiler::codegen::matmul::Tile>; 6] = {
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
+    [
+        None,
+        Some(LARGE),
+        Some(WIDE),
+        Some(WIDE_DEEP),
+        Some(MEDIUM),
+        Some(SMALL),
+    ]
+};
+
 /// Every matmul block shape on odd sizes (edges in every direction), transposed operands and
 /// batch broadcasting; `tile_for` picks these by size, so small tests force them.
 #[test]
 fn every_matmul_tile() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
     let src = "graph t {
   input a: f32[2, 133, 70]
   input b: f32[259, 70]
@@ -605,7 +618,7 @@ fn every_matmul_tile() {
 }
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
-    for tile in [LARGE, WIDE, MEDIUM, SMALL] {
+    for tile in [LARGE, WIDE, WIDE_DEEP, MEDIUM, SMALL] {
         let options = sinter_compiler::Options {
             matmul_tile: Some(tile),
             ..Default::default()
@@ -619,7 +632,6 @@ fn every_matmul_tile() {
 /// broadcasting of either operand and a fused epilogue, under every block shape.
 #[test]
 fn matmul_layouts_and_odd_sizes() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
     let src = "graph t {
   input a: f32[3, 17, 129]
   input at: f32[129, 17]
@@ -636,7 +648,7 @@ fn matmul_layouts_and_odd_sizes() {
 }
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
-    for tile in [None, Some(LARGE), Some(WIDE), Some(MEDIUM), Some(SMALL)] {
+    for tile in EVERY_TILE {
         let options = sinter_compiler::Options {
             matmul_tile: tile,
             ..Default::default()
@@ -662,7 +674,6 @@ fn matmul_layouts_and_odd_sizes() {
 /// K = 132.
 #[test]
 fn matmul_split_k_and_quad_loads() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
     let src = "graph t {
   input a: f32[3, 17, 132]
   input at: f32[132, 20]
@@ -685,7 +696,7 @@ fn matmul_split_k_and_quad_loads() {
 }
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
-    for tile in [None, Some(LARGE), Some(WIDE), Some(MEDIUM), Some(SMALL)] {
+    for tile in EVERY_TILE {
         for split in [1, 3, 4] {
             let options = sinter_compiler::Options {
                 matmul_tile: tile,

@@ -77,11 +77,11 @@ fn cnn() {
 /// Every matmul block shape (forced; `tile_for` picks them by output size).
 #[test]
 fn matmul_tiles() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE};
+    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
     let src = "graph mm {\n  input a: f32[256, 256]\n  input b: f32[256, 256]\n  c = matmul(a, b)\n  output c\n}\n";
     let graph = sinter_ir::text::parse(src).expect("valid");
     let mut text = String::new();
-    for tile in [SMALL, MEDIUM, WIDE, LARGE] {
+    for tile in [SMALL, MEDIUM, WIDE, WIDE_DEEP, LARGE] {
         let options = sinter_compiler::Options {
             matmul_tile: Some(tile),
             ..Default::default()
