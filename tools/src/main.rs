@@ -56,8 +56,8 @@ enum Command {
 }
 
 /// The optimizer makes and frees millions of small e-graph and program allocations; mimalloc
-/// takes a fifth off a large step's compile time against glibc's malloc (ARCHITECTURE.md,
-/// "Compile time").
+/// took 28% off the GPT-2-small step's `optimize` against glibc's malloc (BENCHMARKS.md,
+/// "Optimizer time").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
