@@ -906,14 +906,16 @@ mod tests {
         assert_eq!(deepen(WIDE, true), WIDE_DEEP);
         assert_eq!(deepen(WIDE, false), WIDE);
         assert_eq!(deepen(LARGE, true), LARGE);
-        let bk = |b: &str, tile: Option<Tile>| {
+        // `c = a · b` with `b` stored as `[768, 2304]` (read along n) or transposed from
+        // `[2304, 768]`: whether the kernel's 64 × 128 blocks take 16-deep slabs
+        let bk = |along_n: bool, tile: Option<Tile>| {
+            let (stored, b) = if along_n {
+                ("768, 2304", "b")
+            } else {
+                ("2304, 768", "transpose(b, dim0=0, dim1=1)")
+            };
             let src = format!(
-                "graph t {{\n  input a: f32[2048, 768]\n  input b: f32[{b}]\n  c = matmul(a, {})\n  output c\n}}\n",
-                if b == "768, 2304" {
-                    "b"
-                } else {
-                    "transpose(b, dim0=0, dim1=1)"
-                }
+                "graph t {{\n  input a: f32[2048, 768]\n  input b: f32[{stored}]\n  c = matmul(a, {b})\n  output c\n}}\n"
             );
             let graph = sinter_ir::text::parse(&src).expect("valid");
             let options = crate::Options {
@@ -925,13 +927,9 @@ mod tests {
             (wgsl.contains("const BM: u32 = 64u;") && wgsl.contains("const BN: u32 = 128u;"))
                 .then(|| wgsl.contains("const BK: u32 = 16u;"))
         };
-        assert_eq!(bk("768, 2304", None), Some(true), "b along n: deeper slabs");
-        assert_eq!(bk("2304, 768", None), Some(false), "b transposed: WIDE");
-        assert_eq!(
-            bk("768, 2304", Some(WIDE)),
-            Some(false),
-            "a forced tile stays"
-        );
+        assert_eq!(bk(true, None), Some(true), "b along n: deeper slabs");
+        assert_eq!(bk(false, None), Some(false), "b transposed: WIDE");
+        assert_eq!(bk(true, Some(WIDE)), Some(false), "a forced tile stays");
     }
 
     #[test]

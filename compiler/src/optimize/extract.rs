@@ -161,11 +161,10 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
         FlashKind::BackwardDq => d + 2.0 * dv,
         FlashKind::BackwardDkDv => 2.0 * d + 2.0 * dv,
     };
-    // Workgroups (one per block of the rows of the tiling the kernel gets: the default one,
-    // or A where the default would pass the kernel's register budget; queries, or keys for
-    // dK/dV)
-    // start in dispatch order on whichever SM frees first, one at a time per SM; each works in
-    // proportion to its live share of columns. The busiest SM sets the time: a last partial
+    // Workgroups (one per block of rows of the tiling the kernel gets, the default or A where
+    // the default would pass the kernel's register budget; rows are queries, or keys for
+    // dK/dV) start in dispatch order on whichever SM frees first, one at a time per SM; each
+    // works in proportion to its live share of columns. The busiest SM sets the time: a last partial
     // wave costs a whole one, and under a causal mask few waves balance badly (measured on the
     // H200 against S = 4096: at S = 512, 1024, 2048 the kernels ran at 0.65, 0.91, 0.95 of that
     // rate, causal ones at 0.45, 0.66, 0.85).

@@ -1140,34 +1140,50 @@ mod tests {
         false
     }
 
+    /// A xorshift64 stream, for reproducible random graphs.
+    struct Rng(u64);
+
+    impl Rng {
+        /// The next number below `n`.
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// The classes of a graph, their levels and the edges (`relevel`'s `dependents`).
+    type Levelled = (Vec<Id>, HashMap<Id, u64>, HashMap<Id, Vec<Id>>);
+
+    /// A random graph of 3 to 42 classes over random levels, with edges that follow the
+    /// levels (as `relevel` starts with).
+    fn random_graph(rng: &mut Rng) -> Levelled {
+        let n = 3 + rng.below(40);
+        let ids: Vec<Id> = (0..n).map(Id::from).collect();
+        let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, rng.below(8) as u64)).collect();
+        let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
+        for _ in 0..n {
+            let (a, b) = (ids[rng.below(n)], ids[rng.below(n)]);
+            if level[&a] < level[&b] {
+                dependents.entry(a).or_default().push(b);
+            }
+        }
+        (ids, level, dependents)
+    }
+
     /// `Order` keeps a topological order of every edge added, whatever order the edges come
     /// in: random graphs over random initial levels, each acyclic edge added one by one.
     #[test]
     fn order_stays_topological_as_edges_arrive() {
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: usize| {
-            // xorshift64
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut against = 0;
         for _ in 0..60 {
-            let n = 2 + next(40);
-            let ids: Vec<Id> = (0..n).map(Id::from).collect();
-            let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, next(8) as u64)).collect();
-            // edges that follow the levels, as `relevel` starts with
-            let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
-            for _ in 0..n {
-                let (a, b) = (ids[next(n)], ids[next(n)]);
-                if level[&a] < level[&b] {
-                    dependents.entry(a).or_default().push(b);
-                }
-            }
+            let (ids, level, mut dependents) = random_graph(&mut rng);
+            let n = ids.len();
             let mut order = Order::new(&level, &dependents);
             for _ in 0..3 * n {
-                let (a, b) = (ids[next(n)], ids[next(n)]);
+                let (a, b) = (ids[rng.below(n)], ids[rng.below(n)]);
                 if a == b || reaches(&dependents, b, a) {
                     continue;
                 }
@@ -1201,30 +1217,16 @@ mod tests {
     /// (as `relevel` proposes them), with edges admitted before it through `admit`.
     #[test]
     fn cycle_checks_agree_with_a_plain_search() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         let (mut cycles, mut admitted) = (0, 0);
         for _ in 0..60 {
-            let n = 3 + next(40);
-            let ids: Vec<Id> = (0..n).map(Id::from).collect();
-            let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, next(8) as u64)).collect();
-            let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
-            for _ in 0..n {
-                let (a, b) = (ids[next(n)], ids[next(n)]);
-                if level[&a] < level[&b] {
-                    dependents.entry(a).or_default().push(b);
-                }
-            }
+            let (ids, level, mut dependents) = random_graph(&mut rng);
+            let n = ids.len();
             let mut order = Order::new(&level, &dependents);
             for _ in 0..3 * n {
-                let c = ids[next(n)];
-                let kids: Vec<Id> = (0..1 + next(4))
-                    .map(|_| ids[next(n)])
+                let c = ids[rng.below(n)];
+                let kids: Vec<Id> = (0..1 + rng.below(4))
+                    .map(|_| ids[rng.below(n)])
                     .filter(|&k| k != c)
                     .collect();
                 if kids.is_empty() {
