@@ -19,6 +19,8 @@ pub mod layout;
 pub mod memory;
 pub mod optimize;
 pub mod schedule;
+#[cfg(test)]
+mod test_rng;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;

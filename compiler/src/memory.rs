@@ -495,13 +495,8 @@ mod tests {
     /// bytes, every arena stays under the limit, and linear scan's free list stays consistent.
     #[test]
     fn both_strategies_keep_live_buffers_apart() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::test_rng::Rng(0x2545_f491_4f6c_dd1d);
+        let mut next = |n: u64| rng.below(n);
         for round in 0..40 {
             let n = 1 + next(60) as usize;
             let live: Vec<(u32, u32)> = (0..n)

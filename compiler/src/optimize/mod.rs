@@ -1124,6 +1124,7 @@ impl Exploration<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
 
     /// Whether `to` is reachable from `from` along `edges` (a plain search, for checking).
     fn reaches(edges: &HashMap<Id, Vec<Id>>, from: Id, to: Id) -> bool {
@@ -1140,31 +1141,21 @@ mod tests {
         false
     }
 
-    /// A xorshift64 stream, for reproducible random graphs.
-    struct Rng(u64);
-
-    impl Rng {
-        /// The next number below `n`.
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
-
     /// The classes of a graph, their levels and the edges (`relevel`'s `dependents`).
     type Levelled = (Vec<Id>, HashMap<Id, u64>, HashMap<Id, Vec<Id>>);
 
     /// A random graph of 3 to 42 classes over random levels, with edges that follow the
     /// levels (as `relevel` starts with).
     fn random_graph(rng: &mut Rng) -> Levelled {
-        let n = 3 + rng.below(40);
+        let n = 3 + rng.below(40) as usize;
         let ids: Vec<Id> = (0..n).map(Id::from).collect();
-        let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, rng.below(8) as u64)).collect();
+        let level: HashMap<Id, u64> = ids.iter().map(|&c| (c, rng.below(8))).collect();
         let mut dependents: HashMap<Id, Vec<Id>> = HashMap::default();
         for _ in 0..n {
-            let (a, b) = (ids[rng.below(n)], ids[rng.below(n)]);
+            let (a, b) = (
+                ids[rng.below(n as u64) as usize],
+                ids[rng.below(n as u64) as usize],
+            );
             if level[&a] < level[&b] {
                 dependents.entry(a).or_default().push(b);
             }
@@ -1183,7 +1174,10 @@ mod tests {
             let n = ids.len();
             let mut order = Order::new(&level, &dependents);
             for _ in 0..3 * n {
-                let (a, b) = (ids[rng.below(n)], ids[rng.below(n)]);
+                let (a, b) = (
+                    ids[rng.below(n as u64) as usize],
+                    ids[rng.below(n as u64) as usize],
+                );
                 if a == b || reaches(&dependents, b, a) {
                     continue;
                 }
@@ -1224,9 +1218,9 @@ mod tests {
             let n = ids.len();
             let mut order = Order::new(&level, &dependents);
             for _ in 0..3 * n {
-                let c = ids[rng.below(n)];
+                let c = ids[rng.below(n as u64) as usize];
                 let kids: Vec<Id> = (0..1 + rng.below(4))
-                    .map(|_| ids[rng.below(n)])
+                    .map(|_| ids[rng.below(n as u64) as usize])
                     .filter(|&k| k != c)
                     .collect();
                 if kids.is_empty() {
