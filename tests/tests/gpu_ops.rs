@@ -666,6 +666,86 @@ fn matmul_layouts_and_odd_sizes() {
     }
 }
 
+/// `graph` compiled with `tile` (or the automatic block shape) and `split` K chunks forced.
+fn forced_matmul(
+    graph: &sinter_ir::Graph,
+    tile: Option<sinter_compiler::codegen::matmul::Tile>,
+    split: usize,
+) -> (sinter_compiler::Options, sinter_ir::artifact::Artifact) {
+    let options = sinter_compiler::Options {
+        matmul_tile: tile,
+        matmul_split: Some(split),
+        ..Default::default()
+    };
+    let artifact = sinter_compiler::compile(graph, &options)
+        .expect("compiles")
+        .artifact;
+    (options, artifact)
+}
+
+/// A batched product whose `b` is shared by the batch runs as one product over every row (the
+/// batch axis folded into m) where that moves no address, its epilogue's tensors folded alike:
+/// `y1` (a residual laid out like the output) and `y4` (a batch of 1) fold; `y2` stays batched
+/// (its epilogue's `pos` repeats over the batch), and so does `y3` (its `a` is a permuted view
+/// whose batch stride is not 17 rows). Under every block shape and split.
+#[test]
+fn batch_axes_fold_into_rows_where_addresses_allow() {
+    let src = "graph t {
+  input a: f32[3, 17, 132]
+  input x: f32[17, 3, 132]
+  input b1: f32[132, 33]
+  input b2: f32[132, 34]
+  input b3: f32[132, 35]
+  input b4: f32[132, 36]
+  input res: f32[3, 17, 33]
+  input pos: f32[17, 34]
+  input one: f32[1, 5, 132]
+  y1 = add(mul(matmul(a, b1), 0.5), res)
+  y2 = add(mul(matmul(a, b2), 0.5), pos)
+  y3 = matmul(transpose(x, dim0=0, dim1=1), b3)
+  y4 = matmul(one, b4)
+  output y1, y2, y3, y4
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    for tile in EVERY_TILE {
+        for split in [1, 4] {
+            let (options, artifact) = forced_matmul(&graph, tile, split);
+            // whether the product kernels of `output` index a batch (besides split-K's chunks)
+            let batched = |output: &str| {
+                let products: Vec<&str> = artifact
+                    .kernels
+                    .iter()
+                    .filter(|k| k.pattern.starts_with("matmul"))
+                    .filter(|k| k.ops.iter().any(|o| o.contains(&format!("{output} = "))))
+                    .map(|k| k.wgsl.as_str())
+                    .collect();
+                assert!(
+                    !products.is_empty(),
+                    "{tile:?} split {split}: no product of {output}"
+                );
+                let batch_axis = if split > 1 {
+                    "var brem = wid.z;"
+                } else {
+                    "let b0 = wid.z;"
+                };
+                products.iter().all(|w| w.contains(batch_axis))
+            };
+            assert!(!batched("y1"), "{tile:?} split {split}: y1 should fold");
+            assert!(
+                batched("y2"),
+                "{tile:?} split {split}: y2 should stay batched"
+            );
+            assert!(
+                batched("y3"),
+                "{tile:?} split {split}: y3 should stay batched"
+            );
+            assert!(!batched("y4"), "{tile:?} split {split}: y4 should fold");
+            sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
+        }
+    }
+}
+
 /// Split-K and quad loads under every block shape: each staging layout loading quads where the
 /// unit stride, extents and offsets allow (`a` and `bt` along k, `b` along n, `at` along m) and
 /// scalars where they do not (`u`'s slice starts at an odd offset; extents 1, 17 and 33; split
@@ -698,14 +778,7 @@ fn matmul_split_k_and_quad_loads() {
     let graph = sinter_ir::text::parse(src).expect("valid");
     for tile in EVERY_TILE {
         for split in [1, 3, 4] {
-            let options = sinter_compiler::Options {
-                matmul_tile: tile,
-                matmul_split: Some(split),
-                ..Default::default()
-            };
-            let artifact = sinter_compiler::compile(&graph, &options)
-                .expect("compiles")
-                .artifact;
+            let (options, artifact) = forced_matmul(&graph, tile, split);
             let matmuls: Vec<&str> = artifact
                 .kernels
                 .iter()

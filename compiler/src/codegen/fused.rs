@@ -60,47 +60,66 @@ fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
     strides
 }
 
-/// `k` with two adjacent reduce axes made one, when every tensor walks them as one run (the
-/// outer axis's stride is the inner one's extent times its stride, or both are 0) and no
-/// instruction reads their coordinates; `None` when no pair qualifies. The flat reduce index (an
-/// argmax's result) is unchanged, and the loop over the row then takes one division per
-/// coordinate fewer per point: a bias gradient's sum over `[batch, seq]` becomes one axis.
+/// `k` with two adjacent reduce axes made one (see [`merge_axes`]); `None` when no pair
+/// qualifies. The flat reduce index (an argmax's result) is unchanged, and the loop over the row
+/// then takes one division per coordinate fewer per point: a bias gradient's sum over
+/// `[batch, seq]` becomes one axis.
 fn merge_reduce_axes(k: &FusedKernel) -> Option<FusedKernel> {
+    let d = k.program.domain.len();
+    (0..k.program.reduce.len().saturating_sub(1)).find_map(|i| merge_axes(k, d + i))
+}
+
+/// `k` with space axes `a` and `a + 1` (both domain axes or both reduce axes) made one, of their
+/// extents' product, when that changes no address: every tensor indexes both or neither, as
+/// adjacent axes of one run (the outer axis's stride is the inner one's extent times its stride,
+/// or the outer extent is 1), no instruction reads either coordinate, and no collapsed axis stands
+/// for either. `None` otherwise.
+pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
     let p = &k.program;
     let d = p.domain.len();
+    let b = a + 1;
+    let in_reduce = a >= d;
+    if b >= d + p.reduce.len() || (!in_reduce && b >= d) {
+        return None;
+    }
+    let extent = |x: usize| if x < d { p.domain[x] } else { p.reduce[x - d] };
+    let reads_coords = p
+        .insts
+        .iter()
+        .any(|inst| matches!(inst, Inst::Coord(c) if *c as usize == a || *c as usize == b));
+    let collapsed = |c: u8| in_reduce && (c as usize + d == a || c as usize + d == b);
     let tensors: Vec<(&Access, &View)> = k.tensors().collect();
-    let pair = (0..p.reduce.len().saturating_sub(1)).find(|&i| {
-        let (a, b) = (d + i, d + i + 1);
-        let reads_coords = p
-            .insts
-            .iter()
-            .any(|inst| matches!(inst, Inst::Coord(c) if *c as usize == a || *c as usize == b));
-        let collapsed = tensors.iter().any(|(acc, _)| {
-            acc.axes.iter().any(
-                |x| matches!(x, Axis::Collapsed(c) if *c as usize == i || *c as usize == i + 1),
-            )
-        });
-        !reads_coords
-            && !collapsed
-            && tensors.iter().all(|(acc, view)| {
-                let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
-                match (at(a), at(b)) {
-                    (None, None) => true,
-                    (Some(ja), Some(jb)) => {
-                        jb == ja + 1 && view.strides[ja] == p.reduce[i + 1] * view.strides[jb]
-                    }
-                    _ => false,
+    let mergeable = !reads_coords
+        && tensors.iter().all(|(acc, view)| {
+            let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
+            let one_run = match (at(a), at(b)) {
+                (None, None) => true,
+                (Some(ja), Some(jb)) => {
+                    jb == ja + 1
+                        && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
                 }
-            })
-    })?;
-    let (a, b) = (d + pair, d + pair + 1);
+                _ => false,
+            };
+            one_run
+                && !acc
+                    .axes
+                    .iter()
+                    .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
+        });
+    if !mergeable {
+        return None;
+    }
     let renumber = |x: &Axis| match *x {
         Axis::Space(c) if c as usize > a => Axis::Space(c - 1),
-        Axis::Collapsed(c) if c as usize > pair => Axis::Collapsed(c - 1),
+        Axis::Collapsed(c) if in_reduce && c as usize + d > a => Axis::Collapsed(c - 1),
         other => other,
     };
     let mut program = p.clone();
-    program.reduce[pair] *= program.reduce.remove(pair + 1);
+    if in_reduce {
+        program.reduce[a - d] *= program.reduce.remove(b - d);
+    } else {
+        program.domain[a] *= program.domain.remove(b);
+    }
     for inst in &mut program.insts {
         if let Inst::Coord(c) = inst
             && *c as usize > b
