@@ -172,6 +172,30 @@ pub fn describe_adapter(info: &wgpu::AdapterInfo) -> String {
     s
 }
 
+thread_local! {
+    /// The thread's instance per backend set, shared by its sessions. With an instance per
+    /// session, NVIDIA's Vulkan driver on the H200 host stopped listing its GPU after about 30
+    /// sessions in one process (`sinter-bench matmul` over many shapes and tiles: "no GPU adapter
+    /// found").
+    static INSTANCES: std::cell::RefCell<Vec<(wgpu::Backends, wgpu::Instance)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The thread's instance for `backends` (see `INSTANCES`), made on first use.
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    INSTANCES.with_borrow_mut(|cache| {
+        if let Some((_, instance)) = cache.iter().find(|(b, _)| *b == backends) {
+            return instance.clone();
+        }
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+        });
+        cache.push((backends, instance.clone()));
+        instance
+    })
+}
+
 /// The adapters that `choice` allows, best first.
 pub async fn list_adapters(choice: &AdapterChoice) -> Vec<wgpu::Adapter> {
     let tiers = match choice.backends {
@@ -179,10 +203,7 @@ pub async fn list_adapters(choice: &AdapterChoice) -> Vec<wgpu::Adapter> {
         None => vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY],
     };
     for backends in tiers {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends,
-            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
-        });
+        let instance = instance(backends);
         let mut adapters = instance.enumerate_adapters(backends).await;
         if adapters.is_empty() {
             // Browsers cannot enumerate; ask for the default adapter instead.
