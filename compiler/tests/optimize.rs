@@ -294,6 +294,50 @@ fn a_weight_gradient_is_computed_once_for_both_moments() {
     }
 }
 
+/// A layer norm whose statistics its backward keeps is one kernel over each row: the 1/std
+/// kernel joins the mean kernel it reads, and the normalizing elementwise kernel joins both
+/// (`merge-reader`; the elementwise reader takes their loop over the row, lining up past the
+/// kept axis of extent 1). `u` reads a row mean at another point (transposed) and must not
+/// be given the value of its own row. Values are checked against the interpreter.
+#[test]
+fn a_layer_norms_statistics_and_rows_are_one_kernel() {
+    let src = "graph t {
+  input x: f32[3, 7, 37]
+  input r: f32[3, 7, 37]
+  input s: f32[7, 7]
+  param g: f32[37] = normal(std=0.5, seed=1)
+  param b: f32[37] = normal(std=0.5, seed=2)
+  y = layer_norm(add(x, r), g, b)
+  m = mean(s, axes=[1], keepdim=true)
+  u = add(mul(s, m), transpose(m, dim0=0, dim1=1))
+  loss = add(sum(mul(y, y)), sum(mul(u, u)))
+  dg, db, dx, ds = grad(loss, g, b, x, s)
+  output loss, y, u, dg, db, dx, ds
+}
+";
+    let g = program(src);
+    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let writes_y = kg
+        .nodes
+        .iter()
+        .find(|n| n.outputs.iter().any(|&o| kg.name_of(o) == "y"))
+        .expect("a node writes y");
+    assert!(
+        matches!(&writes_y.op, KernelOp::Fused(p) if !p.reduce.is_empty())
+            && writes_y.outputs.len() == 3
+            && writes_y.rules.iter().any(|r| r == "merge-reader"),
+        "y's kernel should also write the mean and 1/std over the same rows:\n{}\n{report}",
+        sinter_compiler::describe_kernel_graph(&kg)
+    );
+    let mut rng = Rng(0x1a7);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(close(a, w), "output {n}\n got {a}\n want {w}");
+    }
+}
+
 /// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:
 /// the optimized kernel graph computes the outputs and updates of the source graph.
 #[test]

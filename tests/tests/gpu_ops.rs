@@ -299,6 +299,41 @@ fn softmax_and_norms() {
     check_gpu(gn, TRANSCENDENTAL, &[], 1);
 }
 
+/// A layer norm whose backward keeps its statistics runs its forward as one row kernel writing
+/// the mean, 1/std and normalized rows (`merge-reader`), on few odd rows (a whole workgroup per
+/// row) and on many (several rows per workgroup), forward and backward.
+#[test]
+fn layer_norm_statistics_and_rows_in_one_kernel() {
+    for shape in ["3, 7, 37", "2, 520, 100"] {
+        let features = shape.rsplit(", ").next().expect("last extent");
+        let src = format!(
+            "graph t {{
+  input x: f32[{shape}]
+  input r: f32[{shape}]
+  input g: f32[{features}]
+  input b: f32[{features}]
+  y = layer_norm(add(x, r), g, b)
+  loss = sum(mul(y, y))
+  dx, dg, db = grad(loss, x, g, b)
+  output y, dx, dg, db
+}}
+"
+        );
+        let graph = sinter_ir::text::parse(&src).expect("valid");
+        let artifact = sinter_compiler::compile(&graph, &Default::default())
+            .expect("compiles")
+            .artifact;
+        assert!(
+            artifact.kernels.iter().any(|k| k.pattern == "row_map"
+                && k.rules.iter().any(|r| r == "merge-reader")
+                && k.ops.iter().any(|o| o.ends_with("= rsqrt"))
+                && k.ops.iter().any(|o| o == "y = add")),
+            "{shape}: the statistics and y should be one row kernel"
+        );
+        check_gpu(&src, TRANSCENDENTAL, &[], 1);
+    }
+}
+
 #[test]
 fn conv_and_pool() {
     let src = "graph t {

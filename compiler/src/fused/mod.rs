@@ -711,9 +711,9 @@ pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
     let mut kids: Vec<K> = Vec::new();
     let mut merge = Merge::new(&mut out, &mut kids);
     // The producer first, so that its phases come first.
-    let p_ids = merge.copy(p, p_kids, &p_axis, None, false);
+    let p_ids = merge.copy(p, p_kids, &p_axis, &[], false);
     let p_value = p_ids[p.outputs[0].value as usize].expect("the output was copied");
-    merge.copy(c, c_kids, &c_axis, Some((i as u32, p_value)), true);
+    merge.copy(c, c_kids, &c_axis, &[(i as u32, p_value)], true);
     let (out, kids) = simplified_with(&out, kids);
     if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
         return None;
@@ -799,8 +799,8 @@ struct Source<'p, K> {
     p: &'p Program,
     kids: &'p [K],
     axis: &'p dyn Fn(Axis) -> Axis,
-    /// Loads of this operand become this instruction of the result.
-    replace: Option<(u32, u32)>,
+    /// Loads of these operands become these instructions of the result.
+    replace: &'p [(u32, u32)],
     ids: Vec<Option<u32>>,
     phases: Vec<Option<u8>>,
 }
@@ -854,9 +854,7 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
             return id;
         }
         let new = match &src.p.insts[i] {
-            Inst::Load(o) if src.replace.is_some_and(|(t, _)| t == *o) => {
-                src.replace.expect("checked").1
-            }
+            Inst::Load(o) if let Some(&(_, to)) = src.replace.iter().find(|(t, _)| t == o) => to,
             Inst::Load(o) => {
                 let acc = &src.p.operands[*o as usize];
                 let acc = Access {
@@ -896,14 +894,14 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
     }
 
     /// Copies `p` with its axes renamed by `axis`: its phases in order, then (for a program that
-    /// keeps its outputs) its outputs; `replace` substitutes the loads of one operand. Returns
+    /// keeps its outputs) its outputs; `replace` substitutes the loads of operands. Returns
     /// the result's index of every instruction of `p` that was copied.
     fn copy(
         &mut self,
         p: &Program,
         kids: &[K],
         axis: &dyn Fn(Axis) -> Axis,
-        replace: Option<(u32, u32)>,
+        replace: &[(u32, u32)],
         keep_outputs: bool,
     ) -> Vec<Option<u32>> {
         let mut src = Source {
@@ -931,16 +929,53 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
     }
 }
 
-/// Merges programs of one iteration space that are independent (no one reads another's
-/// output) into one kernel with the outputs of both, sharing operands, instructions and phases
-/// ("sibling" or multi-output fusion). `None` when the spaces differ or the result passes the
-/// size limits.
+/// Merges two programs into one kernel with the outputs of both, sharing operands, instructions
+/// and phases: siblings (independent programs of one iteration space: multi-output fusion), or
+/// `b` reading outputs of `a` (`a_outputs` names the value each output of `a` is), each read
+/// where `a` writes it, which `b` then takes from `a`'s instructions instead of loading. A
+/// dependent elementwise `b` over `a`'s domain and reduce axes joins `a`'s loop over the row (a
+/// layer norm's statistics and its normalized rows in one pass over the row). `None` when the
+/// spaces do not line up, `b` reads an output of `a` elsewhere than where it is written, or the
+/// result passes the size limits.
 pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
     a: &Bound<K>,
     b: &Bound<K>,
+    a_outputs: &[K],
 ) -> Option<Bound<K>> {
     let (pa, pb) = (&a.program, &b.program);
-    if pa.domain != pb.domain || pa.reduce != pb.reduce {
+    let reads: Vec<(u32, usize)> = b
+        .operands
+        .iter()
+        .enumerate()
+        .filter_map(|(o, k)| Some((o as u32, a_outputs.iter().position(|x| x == k)?)))
+        .collect();
+    // `b`'s space axis `k` is `a`'s space axis `onto[k]` (`None`: an extent-1 axis)
+    let onto: Vec<Option<u8>> = if pa.domain == pb.domain && pa.reduce == pb.reduce {
+        (0..pa.domain.len() + pa.reduce.len())
+            .map(|k| Some(k as u8))
+            .collect()
+    } else if !reads.is_empty() && pb.reduce.is_empty() && !pa.reduce.is_empty() {
+        rows_onto(pa, &pb.domain)?
+    } else {
+        return None;
+    };
+    let b_axis = |x: Axis| match x {
+        Axis::Space(k) => onto[k as usize].map_or(Axis::One, Axis::Space),
+        other => other,
+    };
+    // where `b` reads output `j`, it reads the point `a` writes (extent-1 axes alike)
+    let point = |acc: &Access, axis: &dyn Fn(Axis) -> Axis| -> Vec<Option<Axis>> {
+        acc.axes
+            .iter()
+            .map(|&x| match axis(x) {
+                Axis::Space(k) => Some(Axis::Space(k)),
+                Axis::One | Axis::Collapsed(_) => None,
+            })
+            .collect()
+    };
+    if reads.iter().any(|&(o, j)| {
+        point(&pb.operands[o as usize], &b_axis) != point(&pa.outputs[j].access, &|x| x)
+    }) {
         return None;
     }
     let mut out = Program {
@@ -954,8 +989,17 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
     let mut kids = Vec::new();
     let mut merge = Merge::new(&mut out, &mut kids);
     let same = |a: Axis| a;
-    merge.copy(pa, &a.operands, &same, None, true);
-    merge.copy(pb, &b.operands, &same, None, true);
+    let ids = merge.copy(pa, &a.operands, &same, &[], true);
+    let replace: Vec<(u32, u32)> = reads
+        .iter()
+        .map(|&(o, j)| {
+            (
+                o,
+                ids[pa.outputs[j].value as usize].expect("outputs are copied"),
+            )
+        })
+        .collect();
+    merge.copy(pb, &b.operands, &b_axis, &replace, true);
     let (out, kids) = simplified_with(&out, kids);
     if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS || out.phases.len() > MAX_PHASES {
         return None;
@@ -965,6 +1009,32 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
         program: out,
         operands: kids,
     })
+}
+
+/// How an elementwise program over `domain` lines up with the rows of `a` (a program with
+/// reduce axes) when it joins `a`'s loop over the row: its axes in order are `a`'s domain and
+/// reduce axes in order, leaving out axes of extent 1 on either side (a reduction that keeps
+/// its reduced axis has one). Returns `a`'s axis for each axis of `domain`, or `None` when the
+/// extents differ.
+fn rows_onto(a: &Program, domain: &[usize]) -> Option<Vec<Option<u8>>> {
+    let a_axes: Vec<usize> = (0..a.domain.len() + a.reduce.len())
+        .filter(|&k| a.extent(k) != 1)
+        .collect();
+    let mut next = a_axes.iter();
+    let onto: Vec<Option<u8>> = domain
+        .iter()
+        .map(|&n| match n {
+            1 => Some(None),
+            n => next
+                .next()
+                .filter(|&&k| a.extent(k) == n)
+                .map(|&k| Some(k as u8)),
+        })
+        .collect::<Option<_>>()?;
+    // every reduce axis of `a` is reached, or the rows would not be whole
+    let reduce_reached = (a.domain.len()..a.domain.len() + a.reduce.len())
+        .all(|k| a.extent(k) == 1 || onto.contains(&Some(k as u8)));
+    (next.next().is_none() && reduce_reached).then_some(onto)
 }
 
 /// How two programs' spaces combine when a producer is fused into a consumer.

@@ -11,7 +11,9 @@
 //!    bytes and arithmetic.
 //! 4. **Merge siblings**: independent fused kernels over one iteration space that read a common
 //!    value become one kernel with several outputs (a parameter's optimizer update writes the
-//!    parameter and both moments in one pass).
+//!    parameter and both moments in one pass); a kernel that reads another's outputs where they
+//!    are written joins it the same way, the other's outputs still written (a layer norm's
+//!    statistics, kept for its backward, and its normalized rows in one pass over each row).
 //!
 //! The result is a [`KernelGraph`] for lowering. `--no-opt` skips this pass.
 
@@ -917,29 +919,41 @@ impl<'a> SourceOps<'a> {
 /// How far back (in nodes) a fused kernel looks for a sibling to merge with.
 const SIBLING_WINDOW: usize = 256;
 
-/// Merges independent fused kernels of one iteration space that read a common value (see
-/// [`merge_siblings`]); returns how many merges were made. Each kernel, in order, absorbs an
-/// earlier sibling within [`SIBLING_WINDOW`] nodes whose outputs nothing in between reads, so
-/// the merged kernel can take the later one's place.
+/// Merges fused kernels of one iteration space that read a common value, or of which the later
+/// reads the earlier's outputs (see [`merge_siblings`]); returns how many merges were made. Each
+/// kernel, in order, absorbs an earlier one within [`SIBLING_WINDOW`] nodes whose outputs
+/// nothing in between reads, so the merged kernel can take the later one's place.
 fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
     let n = kg.nodes.len();
     let mut alive = vec![true; n];
     let mut merged = 0;
     for b in 0..n {
-        let Some(space_b) = space(&kg.nodes[b]) else {
+        if space(&kg.nodes[b]).is_none() {
             continue;
-        };
+        }
         loop {
             let inputs: HashSet<ValueId> = kg.nodes[b].inputs.iter().copied().collect();
-            let candidate = (b.saturating_sub(SIBLING_WINDOW)..b).rev().find(|&a| {
-                alive[a]
-                    && space(&kg.nodes[a]).as_ref() == Some(&space_b)
-                    && kg.nodes[a].inputs.iter().any(|i| inputs.contains(i))
-                    && !read_before(kg, &alive, a, b)
-                    && merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).is_some()
-            });
-            let Some(a) = candidate else { break };
-            let m = merge_siblings(&fused(&kg.nodes[a]), &fused(&kg.nodes[b])).expect("checked");
+            let merge_with = |a: usize| {
+                let related = kg.nodes[a]
+                    .inputs
+                    .iter()
+                    .chain(&kg.nodes[a].outputs)
+                    .any(|i| inputs.contains(i));
+                (alive[a] && space(&kg.nodes[a]).is_some() && related)
+                    .then(|| {
+                        merge_siblings(
+                            &fused(&kg.nodes[a]),
+                            &fused(&kg.nodes[b]),
+                            &kg.nodes[a].outputs,
+                        )
+                    })
+                    .flatten()
+                    .filter(|_| !read_before(kg, &alive, a, b))
+            };
+            let candidate = (b.saturating_sub(SIBLING_WINDOW)..b)
+                .rev()
+                .find_map(|a| Some((a, merge_with(a)?)));
+            let Some((a, m)) = candidate else { break };
             let first = std::mem::replace(
                 &mut kg.nodes[a],
                 KNode {
@@ -951,6 +965,12 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
                 },
             );
             let second = &mut kg.nodes[b];
+            // a reader of the first kernel's outputs joins it; independent kernels are siblings
+            let rule = if second.inputs.iter().any(|v| first.outputs.contains(v)) {
+                "merge-reader"
+            } else {
+                "merge-siblings"
+            };
             let mut outputs = first.outputs;
             outputs.extend(second.outputs.iter().copied());
             let mut sources = first.sources;
@@ -959,7 +979,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
             for r in second
                 .rules
                 .iter()
-                .chain(std::iter::once(&"merge-siblings".to_string()))
+                .chain(std::iter::once(&rule.to_string()))
             {
                 if !rules.contains(r) {
                     rules.push(r.clone());
@@ -1004,13 +1024,13 @@ fn fused(n: &KNode) -> Bound<ValueId> {
     }
 }
 
-/// Whether some live node after `a` and up to `b` reads `a`'s outputs (the merged kernel takes
-/// `b`'s place, so nothing before it may read them).
+/// Whether some live node after `a` and before `b` reads `a`'s outputs (the merged kernel takes
+/// `b`'s place, so nothing before it may read them; `b` itself may, through the merge).
 fn read_before(kg: &KernelGraph, alive: &[bool], a: usize, b: usize) -> bool {
     let outputs = &kg.nodes[a].outputs;
-    kg.nodes[a + 1..=b]
+    kg.nodes[a + 1..b]
         .iter()
-        .zip(&alive[a + 1..=b])
+        .zip(&alive[a + 1..b])
         .any(|(n, &live)| live && n.inputs.iter().any(|v| outputs.contains(v)))
 }
 
