@@ -338,6 +338,80 @@ fn a_layer_norms_statistics_and_rows_are_one_kernel() {
     }
 }
 
+/// A residual stream that extraction leaves recomputed inside every layer norm (each re-adds
+/// every earlier layer's output) is stored by the first kernel that computes it at every point,
+/// and later layer norms load it (`store-recomputed`): the kernel of the last norm of six reads
+/// the stored stream, not its first terms.
+/// Values are checked against the interpreter.
+#[test]
+fn a_recomputed_residual_stream_is_stored_once() {
+    let mut src = String::from("graph t {\n  input x0: f32[2, 5, 24]\n");
+    for l in 1..=6 {
+        src.push_str(&format!(
+            "  input h{l}: f32[2, 5, 24]\n  param g{l}: f32[24] = normal(std=0.5, seed={l})\n  x{l} = add(x{}, mul(h{l}, 0.5))\n  n{l} = layer_norm(x{l}, g{l}, g{l})\n  s{l} = sum(mul(n{l}, n{l}))\n",
+            l - 1
+        ));
+    }
+    src.push_str("  loss = add(add(add(s1, s2), add(s3, s4)), add(s5, s6))\n  dx0, dg6 = grad(loss, x0, g6)\n  output loss, n6, dx0, dg6\n}\n");
+    let g = program(&src);
+    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let describe = || format!("{}\n{report}", sinter_compiler::describe_kernel_graph(&kg));
+    let writes_n6 = kg
+        .nodes
+        .iter()
+        .find(|n| n.outputs.iter().any(|&o| kg.name_of(o) == "n6"))
+        .expect("a node writes n6");
+    let reads = |name: &str| writes_n6.inputs.iter().any(|&v| kg.name_of(v) == name);
+    assert!(
+        writes_n6.rules.iter().any(|r| r == "store-recomputed")
+            && !reads("x0")
+            && !reads("h1")
+            && !reads("h2"),
+        "n6's kernel should load the stored stream, not re-add its first terms:\n{}",
+        describe()
+    );
+    let mut rng = Rng(0x5e7);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(close(a, w), "output {n}\n got {a}\n want {w}");
+    }
+}
+
+/// A later kernel (`w`'s, which needs `t`, so it cannot join `z`'s) that recomputes the sum
+/// `z`'s kernel computes, but read another way (not transposed), is not given the stored one:
+/// values are shared only where every operand is read alike.
+#[test]
+fn recomputed_values_are_shared_only_where_read_alike() {
+    let src = "graph t {
+  input x: f32[9, 9]
+  input h: f32[9, 9]
+  input k: f32[9, 9]
+  input g: f32[9]
+  z = layer_norm(add(add(transpose(x, dim0=0, dim1=1), transpose(h, dim0=0, dim1=1)), transpose(k, dim0=0, dim1=1)), g, g)
+  t = sum(mul(z, z))
+  w = layer_norm(mul(add(add(x, h), k), t), g, g)
+  loss = add(t, sum(mul(w, w)))
+  dx, dg = grad(loss, x, g)
+  output loss, z, w, dx, dg
+}
+";
+    let g = program(src);
+    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let mut rng = Rng(0x7a5);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(
+            close(a, w),
+            "output {n}\n got {a}\n want {w}\n{}\n{report}",
+            sinter_compiler::describe_kernel_graph(&kg)
+        );
+    }
+}
+
 /// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:
 /// the optimized kernel graph computes the outputs and updates of the source graph.
 #[test]

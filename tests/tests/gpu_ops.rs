@@ -334,6 +334,33 @@ fn layer_norm_statistics_and_rows_in_one_kernel() {
     }
 }
 
+/// A residual stream re-added inside every layer norm is stored by the first kernel computing
+/// it at every point and loaded by the later ones (`store-recomputed`), forward and backward,
+/// with the stored value written from inside a row kernel's loop over the row.
+#[test]
+fn a_stored_residual_stream_on_the_gpu() {
+    let mut src = String::from("graph t {\n  input x0: f32[3, 7, 37]\n");
+    for l in 1..=4 {
+        src.push_str(&format!(
+            "  input h{l}: f32[3, 7, 37]\n  input g{l}: f32[37]\n  x{l} = add(x{}, h{l})\n  n{l} = layer_norm(x{l}, g{l}, g{l})\n  s{l} = sum(mul(n{l}, n{l}))\n",
+            l - 1
+        ));
+    }
+    src.push_str("  loss = add(add(s1, s2), add(s3, s4))\n  dx0, dg4 = grad(loss, x0, g4)\n  output loss, n4, dx0, dg4\n}\n");
+    let graph = sinter_ir::text::parse(&src).expect("valid");
+    let artifact = sinter_compiler::compile(&graph, &Default::default())
+        .expect("compiles")
+        .artifact;
+    assert!(
+        artifact
+            .kernels
+            .iter()
+            .any(|k| k.rules.iter().any(|r| r == "store-recomputed")),
+        "the stream should be stored"
+    );
+    check_gpu(&src, TRANSCENDENTAL, &[], 1);
+}
+
 #[test]
 fn conv_and_pool() {
     let src = "graph t {

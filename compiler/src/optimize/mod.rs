@@ -14,6 +14,9 @@
 //!    parameter and both moments in one pass); a kernel that reads another's outputs where they
 //!    are written joins it the same way, the other's outputs still written (a layer norm's
 //!    statistics, kept for its backward, and its normalized rows in one pass over each row).
+//! 5. **Store recomputed values** ([`share`]): a value that a later kernel recomputes from
+//!    several loads and an earlier kernel of the same space computes at every point is stored
+//!    by the earlier kernel and loaded by the later one (a residual stream).
 //!
 //! The result is a [`KernelGraph`] for lowering. `--no-opt` skips this pass.
 
@@ -23,6 +26,7 @@ pub mod extract;
 pub mod fusion;
 pub mod lang;
 pub mod rules;
+pub mod share;
 
 use std::collections::BTreeSet;
 
@@ -256,6 +260,8 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
+    share::store_recomputed(&mut kg);
+    lap(&mut report, "stored recomputed values");
     report.total_time = start.elapsed();
     (kg, report)
 }

@@ -1,0 +1,264 @@
+//! Storing values that later kernels recompute.
+//!
+//! Extraction decides per e-class whether a value is stored or recomputed inside its readers,
+//! and a value that pays to store only when every reader switches at once stays recomputed:
+//! the residual stream of a transformer is re-added from every earlier layer's output inside
+//! each layer norm (at layer 11 of GPT-2-small, 22 tensors read per row where one would do).
+//! This pass works on the extracted kernel graph instead. A fused kernel `b` that recomputes a
+//! value which an earlier fused kernel `a` of the same iteration space also computes at every
+//! point of that space (the same instructions over the same operands, read the same way) loads
+//! it from `a`, which stores it as one more output, when that saves `b` at least two operand
+//! reads (the store costs `a` one write).
+
+use rustc_hash::FxHashMap as HashMap;
+use sinter_ir::{TensorType, ValueId};
+
+use crate::fused::{Access, Axis, Inst, Level, Output, Program, Scalar};
+use crate::kgraph::{KernelGraph, KernelOp};
+
+/// Fewest operand reads a recomputing kernel must save for the value to be stored.
+const MIN_SAVED_READS: usize = 2;
+
+/// An instruction by what it computes, within a kernel's iteration space: keys of equal
+/// instructions are equal in every kernel of that space.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Load(ValueId, Access),
+    Const(u32),
+    Coord(u8),
+    Map(Scalar, Vec<u32>),
+}
+
+type Space = (Vec<usize>, Vec<usize>);
+
+/// Stores the values that later fused kernels recompute (see the module docs); returns how many
+/// it stored. Each stored value becomes an output of the earliest kernel that computes it.
+pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
+    let mut keys = Keys::default();
+    // a value some kernel computes at every point of its space: (node, instruction)
+    let mut offered: HashMap<u32, (usize, u32)> = HashMap::default();
+    // values stored so far, by the (node, instruction) that stores them
+    let mut stores: HashMap<(usize, u32), ValueId> = HashMap::default();
+    let mut stored = 0;
+    for b in 0..kg.nodes.len() {
+        while let KernelOp::Fused(p) = &kg.nodes[b].op {
+            let keys_b = keys.of(p, &kg.nodes[b].inputs);
+            let full = full_space(p);
+            // the instruction whose load saves `b` the most reads, and its earlier computer
+            let best = (0..p.insts.len())
+                .filter(|&i| full[i])
+                .filter_map(|i| {
+                    let key = keys_b[i]?;
+                    let &(a, j) = offered.get(&key)?;
+                    let saved = saved_reads(p, i)?;
+                    (a != b && saved >= MIN_SAVED_READS).then_some((saved, i, a, j, key))
+                })
+                .max_by_key(|&(saved, i, ..)| (saved, std::cmp::Reverse(i)));
+            let Some((_, i, a, j, key)) = best else { break };
+            let value = match stores.get(&(a, j)) {
+                Some(&v) => v,
+                None => {
+                    let v = store(kg, a, j);
+                    stores.insert((a, j), v);
+                    keys.stands_for.insert(v, key);
+                    stored += 1;
+                    v
+                }
+            };
+            load(kg, b, i as u32, value);
+        }
+        if let KernelOp::Fused(p) = &kg.nodes[b].op {
+            let keys = keys.of(p, &kg.nodes[b].inputs);
+            let full = full_space(p);
+            let writes_every_point = p.reduce.is_empty() || p.pattern() == "row_map";
+            for (i, key) in keys.into_iter().enumerate() {
+                if let Some(key) = key
+                    && full[i]
+                    && writes_every_point
+                {
+                    offered.entry(key).or_insert((b, i as u32));
+                }
+            }
+        }
+    }
+    stored
+}
+
+/// Interned instruction keys.
+#[derive(Default)]
+struct Keys {
+    interned: HashMap<(Space, Key), u32>,
+    /// A stored value, loaded over its whole space, stands for the key of what it stores, so
+    /// that a value built on it keys like the same value recomputed.
+    stands_for: HashMap<ValueId, u32>,
+}
+
+impl Keys {
+    /// Each instruction's key; `None` for values that depend on a reduction's result (those
+    /// differ between kernels whose phases differ). Keys name space axes by their place among
+    /// the axes of extent above 1, so that kernels whose spaces differ only by such axes (a
+    /// reduction that keeps its reduced axis has one) share keys.
+    fn of(&mut self, p: &Program, inputs: &[ValueId]) -> Vec<Option<u32>> {
+        let wide: Vec<usize> = (0..p.domain.len() + p.reduce.len())
+            .filter(|&k| p.extent(k) > 1)
+            .collect();
+        let place = |k: usize| wide.iter().position(|&w| w == k);
+        let space: Space = (
+            wide.iter()
+                .filter(|&&k| k < p.domain.len())
+                .map(|&k| p.extent(k))
+                .collect(),
+            wide.iter()
+                .filter(|&&k| k >= p.domain.len())
+                .map(|&k| p.extent(k))
+                .collect(),
+        );
+        let compact = |access: &Access| Access {
+            dtype: access.dtype,
+            axes: access
+                .axes
+                .iter()
+                .map(|a| match *a {
+                    Axis::Space(k) => place(k as usize).map_or(Axis::One, |n| Axis::Space(n as u8)),
+                    _ => Axis::One,
+                })
+                .collect(),
+        };
+        let whole = whole_space(p);
+        let mut out: Vec<Option<u32>> = Vec::with_capacity(p.insts.len());
+        for inst in &p.insts {
+            let key = match inst {
+                Inst::Load(o) => {
+                    let (v, access) = (inputs[*o as usize], &p.operands[*o as usize]);
+                    if let Some(&id) = self.stands_for.get(&v).filter(|_| access.axes == whole) {
+                        out.push(Some(id));
+                        continue;
+                    }
+                    Some(Key::Load(v, compact(access)))
+                }
+                Inst::Const(c) => Some(Key::Const(*c)),
+                Inst::Coord(k) => Some(match place(*k as usize) {
+                    Some(n) => Key::Coord(n as u8),
+                    None => Key::Const(0f32.to_bits()),
+                }),
+                Inst::Map(s, args) => args
+                    .iter()
+                    .map(|&x| out[x as usize])
+                    .collect::<Option<Vec<u32>>>()
+                    .map(|ids| Key::Map(*s, ids)),
+                Inst::Reduced(_) => None,
+            };
+            let id = key.map(|key| {
+                let next = self.interned.len() as u32;
+                *self.interned.entry((space.clone(), key)).or_insert(next)
+            });
+            out.push(id);
+        }
+        out
+    }
+}
+
+/// Whether each instruction varies over every space axis of extent above 1 (through the axes
+/// its loads and coordinates index): a value of the whole space, worth a tensor of its own.
+fn full_space(p: &Program) -> Vec<bool> {
+    let all: u64 = (0..p.domain.len() + p.reduce.len())
+        .filter(|&k| p.extent(k) > 1)
+        .fold(0, |m, k| m | 1 << k);
+    let levels = p.levels();
+    let mut axes: Vec<u64> = Vec::with_capacity(p.insts.len());
+    for inst in &p.insts {
+        let m = match inst {
+            Inst::Load(o) => p.operands[*o as usize].axes.iter().fold(0, |m, a| match a {
+                Axis::Space(k) => m | 1 << k,
+                _ => m,
+            }),
+            Inst::Coord(k) => 1 << k,
+            Inst::Map(_, args) => args.iter().fold(0, |m, &x| m | axes[x as usize]),
+            Inst::Const(_) | Inst::Reduced(_) => 0,
+        };
+        axes.push(m);
+    }
+    axes.iter()
+        .zip(&levels)
+        .map(|(&m, &level)| m == all && (p.reduce.is_empty() || level == Level::Element))
+        .collect()
+}
+
+/// How many fewer operands `p` reads when instruction `i` is loaded instead of computed (the
+/// load itself counted); `None` when it reads no fewer.
+fn saved_reads(p: &Program, i: usize) -> Option<usize> {
+    let (with_load, _) = replaced(p, i as u32).simplified();
+    p.operands
+        .len()
+        .checked_sub(with_load.operands.len())
+        .filter(|&n| n > 0)
+}
+
+/// `p` with instruction `i` loaded from a new last operand indexed by every space axis of
+/// extent above 1 (in order).
+fn replaced(p: &Program, i: u32) -> Program {
+    let mut q = p.clone();
+    q.operands.push(Access {
+        dtype: p.dtypes()[i as usize],
+        axes: whole_space(p),
+    });
+    q.insts[i as usize] = Inst::Load((q.operands.len() - 1) as u32);
+    q
+}
+
+/// The access of a tensor holding one value per point of `p`'s space.
+fn whole_space(p: &Program) -> Vec<Axis> {
+    (0..p.domain.len() + p.reduce.len())
+        .filter(|&k| p.extent(k) > 1)
+        .map(|k| Axis::Space(k as u8))
+        .collect()
+}
+
+/// Makes node `a` also store its instruction `j`; returns the new value.
+fn store(kg: &mut KernelGraph, a: usize, j: u32) -> ValueId {
+    let KernelOp::Fused(p) = &mut kg.nodes[a].op else {
+        unreachable!("a fused node")
+    };
+    let axes = whole_space(p);
+    let shape: Vec<usize> = axes
+        .iter()
+        .map(|x| match x {
+            Axis::Space(k) => p.extent(*k as usize),
+            _ => 1,
+        })
+        .collect();
+    let dtype = p.dtypes()[j as usize];
+    p.outputs.push(Output {
+        value: j,
+        access: Access { dtype, axes },
+    });
+    let index = kg.nodes[a].outputs.len();
+    let name = format!("{}.stored{index}", kg.name_of(kg.nodes[a].outputs[0]));
+    let value = kg.add_value(name, TensorType::new(dtype, shape), a, index);
+    let node = &mut kg.nodes[a];
+    node.outputs.push(value);
+    if !node.rules.iter().any(|r| r == "store-recomputed") {
+        node.rules.push("store-recomputed".to_string());
+    }
+    value
+}
+
+/// Makes node `b` load `value` where its instruction `i` computed it.
+fn load(kg: &mut KernelGraph, b: usize, i: u32, value: ValueId) {
+    let node = &mut kg.nodes[b];
+    let KernelOp::Fused(p) = &node.op else {
+        unreachable!("a fused node")
+    };
+    let (q, keep) = replaced(p, i).simplified();
+    let mut inputs = node.inputs.clone();
+    inputs.push(value);
+    node.inputs = inputs
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(v, k)| k.then_some(v))
+        .collect();
+    node.op = KernelOp::Fused(Box::new(q));
+    if !node.rules.iter().any(|r| r == "store-recomputed") {
+        node.rules.push("store-recomputed".to_string());
+    }
+}
