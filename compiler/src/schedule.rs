@@ -800,14 +800,20 @@ impl Product {
     /// extent is 1). A `[4, 512, 768] x [768, 3072]` product then runs as `[2048, 768] x
     /// [768, 3072]`: its blocks compute no batch offsets, which cost 128 x 128 blocks a second
     /// block per SM (registers) and 40% of their speed on the H200 (0.42 against 0.30 ms), and
-    /// the block-shape model sees m as it is. Returns whether it folded an axis.
+    /// the block-shape model sees m as it is. An axis stays when the folded rows would need more
+    /// row blocks than one dispatch has (the batch has its own grid axis). Returns whether it
+    /// folded an axis.
     fn fold_batch_axis(&mut self) -> bool {
         let Some(&outer) = self.batch.last() else {
             return false;
         };
         let j = self.batch.len() - 1;
         let rows_run = |v: &View| outer == 1 || v.strides[j] == self.m * v.strides[j + 1];
-        if !(rows_run(&self.a) && rows_run(&self.out) && (outer == 1 || self.b.strides[j] == 0)) {
+        // the folded rows must still fit one dispatch's row blocks at the smallest block height
+        let row_blocks = (self.m * outer).div_ceil(matmul::SMALL.bm as usize);
+        if !(rows_run(&self.a) && rows_run(&self.out) && (outer == 1 || self.b.strides[j] == 0))
+            || row_blocks > crate::codegen::MAX_GROUPS as usize
+        {
             return false;
         }
         let epilogue = match &self.epilogue {

@@ -294,6 +294,21 @@ fn a_weight_gradient_is_computed_once_for_both_moments() {
     }
 }
 
+/// The optimized kernel graph `kg` of `g` computes `g`'s outputs on random inputs (`seed`).
+fn assert_keeps_values(g: &sinter_ir::Graph, kg: &sinter_compiler::kgraph::KernelGraph, seed: u64) {
+    let mut rng = Rng(seed);
+    let (feed, persistent) = inputs(g, &mut rng);
+    let want = interp(g, &feed, &persistent).expect("the source evaluates");
+    let got = evaluate(kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
+        assert!(
+            close(a, w),
+            "output {n}\n got {a}\n want {w}\n{}",
+            sinter_compiler::describe_kernel_graph(kg)
+        );
+    }
+}
+
 /// A layer norm whose statistics its backward keeps is one kernel over each row: the 1/std
 /// kernel joins the mean kernel it reads, and the normalizing elementwise kernel joins both
 /// (`merge-reader`; the elementwise reader takes their loop over the row, lining up past the
@@ -329,13 +344,39 @@ fn a_layer_norms_statistics_and_rows_are_one_kernel() {
         "y's kernel should also write the mean and 1/std over the same rows:\n{}\n{report}",
         sinter_compiler::describe_kernel_graph(&kg)
     );
-    let mut rng = Rng(0x1a7);
-    let (feed, persistent) = inputs(&g, &mut rng);
-    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
-    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
-    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-        assert!(close(a, w), "output {n}\n got {a}\n want {w}");
-    }
+    assert_keeps_values(&g, &kg, 0x1a7);
+}
+
+/// A reader of a whole-tensor reduction (gradient clipping by the global norm) does not join
+/// the reduction's one long row, which would run it on one workgroup; a reader of short rows
+/// does. Values are checked against the interpreter.
+#[test]
+fn readers_join_short_rows_only() {
+    let src = "graph t {
+  input g: f32[96, 80]
+  input c: f32[]
+  n = sum(mul(g, g))
+  u = mul(g, div(c, sqrt(n)))
+  r = sum(mul(g, c), axes=[1], keepdim=true)
+  v = add(mul(g, r), c)
+  output n, u, r, v
+}
+";
+    let g = program(src);
+    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let kernel_of = |name: &str| {
+        kg.nodes
+            .iter()
+            .find(|n| n.outputs.iter().any(|&o| kg.name_of(o) == name))
+            .expect("a node writes it")
+    };
+    let joined = |name: &str| kernel_of(name).rules.iter().any(|r| r == "merge-reader");
+    assert!(
+        !joined("u") && joined("v"),
+        "u should not join n's row of 7680 points; v should join r's rows of 80:\n{}\n{report}",
+        sinter_compiler::describe_kernel_graph(&kg)
+    );
+    assert_keeps_values(&g, &kg, 0xc11);
 }
 
 /// A residual stream that extraction leaves recomputed inside every layer norm (each re-adds
@@ -370,13 +411,7 @@ fn a_recomputed_residual_stream_is_stored_once() {
         "n6's kernel should load the stored stream, not re-add its first terms:\n{}",
         describe()
     );
-    let mut rng = Rng(0x5e7);
-    let (feed, persistent) = inputs(&g, &mut rng);
-    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
-    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
-    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-        assert!(close(a, w), "output {n}\n got {a}\n want {w}");
-    }
+    assert_keeps_values(&g, &kg, 0x5e7);
 }
 
 /// A later kernel (`w`'s, which needs `t`, so it cannot join `z`'s) that recomputes the sum
@@ -398,18 +433,8 @@ fn recomputed_values_are_shared_only_where_read_alike() {
 }
 ";
     let g = program(src);
-    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
-    let mut rng = Rng(0x7a5);
-    let (feed, persistent) = inputs(&g, &mut rng);
-    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
-    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
-    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-        assert!(
-            close(a, w),
-            "output {n}\n got {a}\n want {w}\n{}\n{report}",
-            sinter_compiler::describe_kernel_graph(&kg)
-        );
-    }
+    let (kg, _) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    assert_keeps_values(&g, &kg, 0x7a5);
 }
 
 /// The whole pass (both fusion rounds, extraction, sibling merging) on every bundled example:

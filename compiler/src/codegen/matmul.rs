@@ -937,6 +937,20 @@ mod tests {
         assert_eq!(bk(true, Some(WIDE)), Some(false), "a forced tile stays");
     }
 
+    /// A batch that `b` is shared by folds into m only while the folded rows fit one dispatch's
+    /// row blocks: 64 x 32768 rows of a 4 x 8 product would need 65536 blocks of 32 rows.
+    #[test]
+    fn a_batch_too_tall_to_fold_keeps_its_grid_axis() {
+        let src = "graph t {\n  input a: f32[64, 32768, 4]\n  input b: f32[4, 8]\n  y = matmul(a, b)\n  output y\n}\n";
+        let graph = sinter_ir::text::parse(src).expect("valid");
+        let options = crate::Options {
+            max_binding_size: 1 << 31,
+            ..Default::default()
+        };
+        let artifact = crate::compile(&graph, &options).expect("compiles").artifact;
+        assert!(artifact.kernels[0].wgsl.contains("let b0 = wid.z;"));
+    }
+
     #[test]
     fn small_outputs_take_small_blocks_and_forced_splits_divide_k() {
         assert_eq!(choose(1, 17, 300, 64, None, None), (SMALL, 1));

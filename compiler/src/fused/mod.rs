@@ -934,7 +934,8 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
 /// `b` reading outputs of `a` (`a_outputs` names the value each output of `a` is), each read
 /// where `a` writes it, which `b` then takes from `a`'s instructions instead of loading. A
 /// dependent elementwise `b` over `a`'s domain and reduce axes joins `a`'s loop over the row (a
-/// layer norm's statistics and its normalized rows in one pass over the row). `None` when the
+/// layer norm's statistics and its normalized rows in one pass over the row) when the rows are
+/// at most [`MAX_JOINED_ROW`] points long. `None` when the
 /// spaces do not line up, `b` reads an output of `a` elsewhere than where it is written, or the
 /// result passes the size limits.
 pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
@@ -954,7 +955,11 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
         (0..pa.domain.len() + pa.reduce.len())
             .map(|k| Some(k as u8))
             .collect()
-    } else if !reads.is_empty() && pb.reduce.is_empty() && !pa.reduce.is_empty() {
+    } else if !reads.is_empty()
+        && pb.reduce.is_empty()
+        && !pa.reduce.is_empty()
+        && pa.reduce.iter().product::<usize>() <= MAX_JOINED_ROW
+    {
         rows_onto(pa, &pb.domain)?
     } else {
         return None;
@@ -1010,6 +1015,12 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
         operands: kids,
     })
 }
+
+/// Longest row an elementwise reader joins: a row kernel gives each row at most one workgroup,
+/// so a reader joining long rows (a whole-tensor reduction and its reader, as gradient clipping
+/// by the global norm has) would run on a few workgroups instead of across the GPU. At 4096
+/// points a lane of a 256-lane workgroup takes at most 16 of the reader's points.
+const MAX_JOINED_ROW: usize = 4096;
 
 /// How an elementwise program over `domain` lines up with the rows of `a` (a program with
 /// reduce axes) when it joins `a`'s loop over the row: its axes in order are `a`'s domain and
