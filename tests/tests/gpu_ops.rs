@@ -747,7 +747,8 @@ fn forced_matmul(
 
 /// A batched product whose `b` is shared by the batch runs as one product over every row (the
 /// batch axis folded into m) where that moves no address, its epilogue's tensors folded alike:
-/// `y1` (a residual laid out like the output) and `y4` (a batch of 1) fold; `y2` stays batched
+/// `y1` (a residual laid out like the output), `y4` and `y5` (a batch of 1, with an epilogue for
+/// `y5`) fold; `y2` stays batched
 /// (its epilogue's `pos` repeats over the batch), and so does `y3` (its `a` is a permuted view
 /// whose batch stride is not 17 rows). Under every block shape and split.
 #[test]
@@ -762,11 +763,14 @@ fn batch_axes_fold_into_rows_where_addresses_allow() {
   input res: f32[3, 17, 33]
   input pos: f32[17, 34]
   input one: f32[1, 5, 132]
+  input b5: f32[132, 37]
+  input c5: f32[1, 5, 37]
   y1 = add(mul(matmul(a, b1), 0.5), res)
   y2 = add(mul(matmul(a, b2), 0.5), pos)
   y3 = matmul(transpose(x, dim0=0, dim1=1), b3)
   y4 = matmul(one, b4)
-  output y1, y2, y3, y4
+  y5 = add(mul(matmul(one, b5), 0.5), c5)
+  output y1, y2, y3, y4, y5
 }
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
@@ -803,6 +807,7 @@ fn batch_axes_fold_into_rows_where_addresses_allow() {
                 "{tile:?} split {split}: y3 should stay batched"
             );
             assert!(!batched("y4"), "{tile:?} split {split}: y4 should fold");
+            assert!(!batched("y5"), "{tile:?} split {split}: y5 should fold");
             sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
         }
     }

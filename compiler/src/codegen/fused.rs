@@ -71,8 +71,8 @@ fn merge_reduce_axes(k: &FusedKernel) -> Option<FusedKernel> {
 
 /// `k` with space axes `a` and `a + 1` (both domain axes or both reduce axes) made one, of their
 /// extents' product, when that changes no address: every tensor indexes both or neither, as
-/// adjacent axes of one run (the outer axis's stride is the inner one's extent times its stride,
-/// or the outer extent is 1), no instruction reads either coordinate, and no collapsed axis stands
+/// adjacent axes of one run (the outer axis's stride is the inner one's extent times its stride),
+/// or the outer extent is 1; no instruction reads either coordinate, and no collapsed axis stands
 /// for either. `None` otherwise.
 pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
     let p = &k.program;
@@ -98,7 +98,8 @@ pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
                     jb == ja + 1
                         && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
                 }
-                _ => false,
+                // an outer axis of extent 1 is coordinate 0 however a tensor reads it
+                _ => extent(a) == 1,
             };
             one_run
                 && !acc
@@ -132,7 +133,9 @@ pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
             acc.axes.remove(ja);
             let outer = view.shape.remove(ja);
             view.strides.remove(ja);
-            view.shape[ja] *= outer;
+            if outer != 1 {
+                view.shape[ja] *= outer;
+            }
         }
         acc.axes = acc.axes.iter().map(renumber).collect();
     };
