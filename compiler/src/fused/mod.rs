@@ -193,6 +193,11 @@ impl Program {
         self.domain.len() + self.reduce.len()
     }
 
+    /// The space axes of extent above 1, in order.
+    pub fn wide_axes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.space_len()).filter(|&k| self.extent(k) > 1)
+    }
+
     /// Extent of space axis `k`.
     pub fn extent(&self, k: usize) -> usize {
         if k < self.domain.len() {
@@ -1028,9 +1033,7 @@ const MAX_JOINED_ROW: usize = 4096;
 /// its reduced axis has one). Returns `a`'s axis for each axis of `domain`, or `None` when the
 /// extents differ.
 fn rows_onto(a: &Program, domain: &[usize]) -> Option<Vec<Option<u8>>> {
-    let a_axes: Vec<usize> = (0..a.domain.len() + a.reduce.len())
-        .filter(|&k| a.extent(k) != 1)
-        .collect();
+    let a_axes: Vec<usize> = a.wide_axes().collect();
     let mut next = a_axes.iter();
     let onto: Vec<Option<u8>> = domain
         .iter()

@@ -934,7 +934,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
     let mut alive = vec![true; n];
     let mut merged = 0;
     for b in 0..n {
-        if space(&kg.nodes[b]).is_none() {
+        if !is_fused(&kg.nodes[b]) {
             continue;
         }
         loop {
@@ -945,7 +945,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
                     .iter()
                     .chain(&kg.nodes[a].outputs)
                     .any(|i| inputs.contains(i));
-                (alive[a] && space(&kg.nodes[a]).is_some() && related)
+                (alive[a] && is_fused(&kg.nodes[a]) && related && !read_before(kg, &alive, a, b))
                     .then(|| {
                         merge_siblings(
                             &fused(&kg.nodes[a]),
@@ -954,7 +954,6 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
                         )
                     })
                     .flatten()
-                    .filter(|_| !read_before(kg, &alive, a, b))
             };
             let candidate = (b.saturating_sub(SIBLING_WINDOW)..b)
                 .rev()
@@ -1012,12 +1011,8 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
     merged
 }
 
-/// The iteration space of a fused node.
-fn space(n: &KNode) -> Option<(Vec<usize>, Vec<usize>)> {
-    match &n.op {
-        KernelOp::Fused(p) => Some((p.domain.clone(), p.reduce.clone())),
-        _ => None,
-    }
+fn is_fused(n: &KNode) -> bool {
+    matches!(n.op, KernelOp::Fused(_))
 }
 
 fn fused(n: &KNode) -> Bound<ValueId> {

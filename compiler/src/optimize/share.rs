@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap as HashMap;
 use sinter_ir::{TensorType, ValueId};
 
 use crate::fused::{Access, Axis, Inst, Level, Output, Program, Scalar};
-use crate::kgraph::{KernelGraph, KernelOp};
+use crate::kgraph::{KNode, KernelGraph, KernelOp};
 
 /// Fewest operand reads a recomputing kernel must save for the value to be stored.
 const MIN_SAVED_READS: usize = 2;
@@ -54,7 +54,17 @@ pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
                     (a != b && saved >= MIN_SAVED_READS).then_some((saved, i, a, j, key))
                 })
                 .max_by_key(|&(saved, i, ..)| (saved, std::cmp::Reverse(i)));
-            let Some((_, i, a, j, key)) = best else { break };
+            let Some((_, i, a, j, key)) = best else {
+                // `b` is final: offer what it computes at every point, if it writes every point
+                if p.reduce.is_empty() || p.pattern() == "row_map" {
+                    for (i, key) in keys_b.into_iter().enumerate() {
+                        if let (Some(key), true) = (key, full[i]) {
+                            offered.entry(key).or_insert((b, i as u32));
+                        }
+                    }
+                }
+                break;
+            };
             let value = match stores.get(&(a, j)) {
                 Some(&v) => v,
                 None => {
@@ -66,19 +76,6 @@ pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
                 }
             };
             load(kg, b, i as u32, value);
-        }
-        if let KernelOp::Fused(p) = &kg.nodes[b].op {
-            let keys = keys.of(p, &kg.nodes[b].inputs);
-            let full = full_space(p);
-            let writes_every_point = p.reduce.is_empty() || p.pattern() == "row_map";
-            for (i, key) in keys.into_iter().enumerate() {
-                if let Some(key) = key
-                    && full[i]
-                    && writes_every_point
-                {
-                    offered.entry(key).or_insert((b, i as u32));
-                }
-            }
         }
     }
     stored
@@ -99,9 +96,7 @@ impl Keys {
     /// the axes of extent above 1, so that kernels whose spaces differ only by such axes (a
     /// reduction that keeps its reduced axis has one) share keys.
     fn of(&mut self, p: &Program, inputs: &[ValueId]) -> Vec<Option<u32>> {
-        let wide: Vec<usize> = (0..p.domain.len() + p.reduce.len())
-            .filter(|&k| p.extent(k) > 1)
-            .collect();
+        let wide: Vec<usize> = p.wide_axes().collect();
         let place = |k: usize| wide.iter().position(|&w| w == k);
         let space: Space = (
             wide.iter()
@@ -161,9 +156,7 @@ impl Keys {
 /// Whether each instruction varies over every space axis of extent above 1 (through the axes
 /// its loads and coordinates index): a value of the whole space, worth a tensor of its own.
 fn full_space(p: &Program) -> Vec<bool> {
-    let all: u64 = (0..p.domain.len() + p.reduce.len())
-        .filter(|&k| p.extent(k) > 1)
-        .fold(0, |m, k| m | 1 << k);
+    let all: u64 = p.wide_axes().fold(0, |m, k| m | 1 << k);
     let levels = p.levels();
     let mut axes: Vec<u64> = Vec::with_capacity(p.insts.len());
     for inst in &p.insts {
@@ -208,10 +201,7 @@ fn replaced(p: &Program, i: u32) -> Program {
 
 /// The access of a tensor holding one value per point of `p`'s space.
 fn whole_space(p: &Program) -> Vec<Axis> {
-    (0..p.domain.len() + p.reduce.len())
-        .filter(|&k| p.extent(k) > 1)
-        .map(|k| Axis::Space(k as u8))
-        .collect()
+    p.wide_axes().map(|k| Axis::Space(k as u8)).collect()
 }
 
 /// Makes node `a` also store its instruction `j`; returns the new value.
@@ -220,13 +210,7 @@ fn store(kg: &mut KernelGraph, a: usize, j: u32) -> ValueId {
         unreachable!("a fused node")
     };
     let axes = whole_space(p);
-    let shape: Vec<usize> = axes
-        .iter()
-        .map(|x| match x {
-            Axis::Space(k) => p.extent(*k as usize),
-            _ => 1,
-        })
-        .collect();
+    let shape: Vec<usize> = p.wide_axes().map(|k| p.extent(k)).collect();
     let dtype = p.dtypes()[j as usize];
     p.outputs.push(Output {
         value: j,
@@ -237,9 +221,7 @@ fn store(kg: &mut KernelGraph, a: usize, j: u32) -> ValueId {
     let value = kg.add_value(name, TensorType::new(dtype, shape), a, index);
     let node = &mut kg.nodes[a];
     node.outputs.push(value);
-    if !node.rules.iter().any(|r| r == "store-recomputed") {
-        node.rules.push("store-recomputed".to_string());
-    }
+    note_rule(node);
     value
 }
 
@@ -258,6 +240,11 @@ fn load(kg: &mut KernelGraph, b: usize, i: u32, value: ValueId) {
         .filter_map(|(v, k)| k.then_some(v))
         .collect();
     node.op = KernelOp::Fused(Box::new(q));
+    note_rule(node);
+}
+
+/// Lists this pass among the rules that built `node`, once.
+fn note_rule(node: &mut KNode) {
     if !node.rules.iter().any(|r| r == "store-recomputed") {
         node.rules.push("store-recomputed".to_string());
     }
