@@ -240,6 +240,59 @@ impl KernelPlan {
         views.into_iter().map(distinct).sum()
     }
 
+    /// Calls `f` on every view the plan holds, an epilogue's included.
+    pub fn views_mut(&mut self, f: &mut dyn FnMut(&mut View)) {
+        let mut fused = |k: &mut FusedKernel| {
+            k.operands
+                .iter_mut()
+                .chain(&mut k.outputs)
+                .for_each(&mut *f);
+        };
+        match self {
+            KernelPlan::Fused(k) => fused(k),
+            KernelPlan::Matmul(m) => {
+                m.epilogue.iter_mut().for_each(&mut fused);
+                [&mut m.a, &mut m.b, &mut m.out].into_iter().for_each(f);
+            }
+            KernelPlan::SplitSum(s) => {
+                s.epilogue.iter_mut().for_each(&mut fused);
+                [&mut s.partials, &mut s.out].into_iter().for_each(f);
+            }
+            KernelPlan::Conv2d(c) => {
+                c.epilogue.iter_mut().for_each(&mut fused);
+                [&mut c.x, &mut c.w, &mut c.out]
+                    .into_iter()
+                    .chain(&mut c.bias)
+                    .for_each(f);
+            }
+            KernelPlan::Pool2d(p) => [&mut p.x, &mut p.out].into_iter().for_each(f),
+            KernelPlan::Gather(g) => [&mut g.table, &mut g.ids, &mut g.out]
+                .into_iter()
+                .for_each(f),
+            KernelPlan::Conv2dGrad(c) => [&mut c.a, &mut c.b, &mut c.out].into_iter().for_each(f),
+            KernelPlan::Pool2dGrad(p) => [&mut p.dy, &mut p.out]
+                .into_iter()
+                .chain(&mut p.x)
+                .for_each(f),
+            KernelPlan::ScatterAdd(s) => {
+                [&mut s.dy, &mut s.ids, &mut s.out].into_iter().for_each(f)
+            }
+            KernelPlan::SliceGrad(s) => [&mut s.dy, &mut s.out].into_iter().for_each(f),
+            KernelPlan::Flash(k) => {
+                let k = &mut **k;
+                [&mut k.q, &mut k.k, &mut k.v]
+                    .into_iter()
+                    .chain(&mut k.d_o)
+                    .chain(&mut k.lse)
+                    .chain(&mut k.delta)
+                    .chain(&mut k.score_extras)
+                    .chain(&mut k.dscore_extras)
+                    .chain(&mut k.outputs)
+                    .for_each(f);
+            }
+        }
+    }
+
     /// Buffers read and written, for liveness (an epilogue's operands are read).
     pub fn buffers(&self) -> (Vec<crate::layout::BufferId>, Vec<crate::layout::BufferId>) {
         match self {

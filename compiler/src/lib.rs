@@ -13,6 +13,7 @@ pub mod codegen;
 pub mod error;
 pub mod flash;
 pub mod fused;
+pub mod in_place;
 pub mod kernel;
 pub mod kgraph;
 pub mod layout;
@@ -502,6 +503,11 @@ fn pack(
         dispatches,
         tensors,
         assigns,
+        updated_in_place: sched
+            .updated_in_place
+            .iter()
+            .map(|&v| graph.name_of(v).to_string())
+            .collect(),
         memory,
         optimizer: None,
         blob: Vec::new(),

@@ -7,7 +7,9 @@
 //! no output or assign needs are not computed.
 //!
 //! **Invariant:** every step writes only fresh buffers (or disjoint slices of one fresh buffer,
-//! for `concat`), so steps never overwrite a value that is still to be read.
+//! for `concat`), so steps never overwrite a value that is still to be read. The one exception
+//! is made last, by [`crate::in_place`]: a param's or state's update written over it where no
+//! later step reads the old value.
 
 use std::collections::HashMap;
 
@@ -64,6 +66,8 @@ pub struct Schedule {
     pub outputs: Vec<OutputView>,
     /// `assign target = source`: the persistent target's buffer and the source's contiguous view.
     pub assigns: Vec<(ValueId, View)>,
+    /// Params and states whose assign a step does by writing over them ([`crate::in_place`]).
+    pub updated_in_place: Vec<ValueId>,
     /// i32 inputs read as indices, with the number of rows or classes they index.
     pub index_bounds: HashMap<ValueId, usize>,
 }
@@ -123,6 +127,7 @@ pub fn lower(
         let view = cx.contiguous_view(source)?;
         cx.sched.assigns.push((target, view));
     }
+    crate::in_place::update_in_place(&mut cx.sched);
     Ok(cx.sched)
 }
 

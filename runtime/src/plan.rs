@@ -269,6 +269,7 @@ mod tests {
                 slot("y", Role::Output, 16, 3),
             ],
             assigns: vec![],
+            updated_in_place: vec![],
             memory: MemoryReport::default(),
             optimizer: None,
             blob: vec![],

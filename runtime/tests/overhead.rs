@@ -81,6 +81,7 @@ fn chain(d: u32) -> Artifact {
             slot("y", Role::Output, 4 * u64::from(N)),
         ],
         assigns: vec![],
+        updated_in_place: vec![],
         memory: MemoryReport::default(),
         optimizer: None,
         blob: vec![],

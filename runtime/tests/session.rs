@@ -122,6 +122,7 @@ fn artifact(arena_bytes: &[u64]) -> Artifact {
         dispatches: vec![],
         tensors: vec![],
         assigns: vec![],
+        updated_in_place: vec![],
         memory: MemoryReport::default(),
         optimizer: None,
         blob: vec![],

@@ -162,6 +162,7 @@ fn artifact_json(artifact: &Artifact) -> Value {
         "buffers": memory.buffers,
         "tensors": tensors,
         "assigns": artifact.assigns,
+        "updated_in_place": artifact.updated_in_place,
         "requirements": artifact.requirements,
         "optimizer": artifact.optimizer,
     })
@@ -449,6 +450,14 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
             ],
             &rows,
         ));
+    }
+    if !artifact.updated_in_place.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nupdated in place (a kernel writes the new value over the old): {}\n  {}",
+            artifact.updated_in_place.len(),
+            artifact.updated_in_place.join(", ")
+        );
     }
     s
 }

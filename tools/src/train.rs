@@ -130,7 +130,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let mut data = DataSet::load(&args.data, &inputs, fixed.clone())?;
     data.check_values(&bounds)?;
     check_loss(&artifact, &args.loss)?;
-    if artifact.assigns.is_empty() {
+    if artifact.assigns.is_empty() && artifact.updated_in_place.is_empty() {
         console::eprintln(&format!(
             "warning: `{}` assigns nothing, so training will not change any param; add \
              `train LOSS with OPT(...)` (or `assign` statements) to the program",

@@ -114,6 +114,8 @@ fn digits_mlp_classifies_95_percent_of_held_out_digits() {
         "logits=labels",
     ]);
     println!("{}", run.stdout);
+    // every update is made in place (no assign copies), which is still training
+    assert!(!run.stderr.contains("assigns nothing"), "{}", run.stderr);
 
     // The plot: the training loss at every read (20 points) and the held-out loss at steps
     // 250, 500, 750 and 1000 (a line and a dot each).

@@ -50,7 +50,7 @@ impl FusedKernel {
 }
 
 /// Strides of `view` per space axis of `p`, for a tensor accessed with `access`.
-fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
+pub(crate) fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
     let mut strides = vec![0; p.domain.len() + p.reduce.len()];
     for (j, a) in access.axes.iter().enumerate() {
         if let Axis::Space(k) = *a {
@@ -590,6 +590,20 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             writeln!(self.body, "    {init}").unwrap();
             each(&mut self.body, unroll, &rdims, d, &inner);
             self.combines.push((self.body.len(), phase.combine, k));
+        }
+        // A kernel that writes an output over a tensor it reads (an update in place,
+        // `in_place.rs`) reads it at the element it writes, but the lanes of a row all load
+        // its per-row values: every load happens before the first store.
+        if self
+            .k
+            .outputs
+            .iter()
+            .any(|o| self.k.operands.iter().any(|i| i.buffer == o.buffer))
+        {
+            let roots: Vec<u32> = p.outputs.iter().map(|o| o.value).collect();
+            let need = self.needed(&roots);
+            self.bind_rows(&need);
+            writeln!(self.body, "    storageBarrier();").unwrap();
         }
         // Per-row outputs: once per row, by lane 0.
         let rows_only: Vec<usize> = (0..p.outputs.len())

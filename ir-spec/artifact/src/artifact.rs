@@ -48,6 +48,10 @@ pub struct Artifact {
     pub tensors: Vec<TensorSlot>,
     /// Copies done after the last dispatch of a run (`assign` statements).
     pub assigns: Vec<AssignCopy>,
+    /// Params and states whose `assign` needs no copy: a dispatch writes the new value over
+    /// the old one (`in_place.rs` in the compiler). With `assigns`, every tensor a run updates.
+    #[serde(default)]
+    pub updated_in_place: Vec<String>,
     pub memory: MemoryReport,
     /// What the e-graph optimizer did (absent when it did not run).
     #[serde(default)]
@@ -426,6 +430,22 @@ impl Artifact {
                 return bad(format!("assign to `{}` lies outside its arena", a.target));
             }
         }
+        for (i, name) in self.updated_in_place.iter().enumerate() {
+            let updatable = self
+                .tensors
+                .iter()
+                .any(|t| t.name == *name && matches!(t.role, Role::Param | Role::State));
+            if !updatable {
+                return bad(format!(
+                    "`{name}` is updated in place but is not a param or state"
+                ));
+            }
+            if self.updated_in_place[..i].contains(name)
+                || self.assigns.iter().any(|a| a.target == *name)
+            {
+                return bad(format!("`{name}` is updated twice"));
+            }
+        }
         Ok(())
     }
 
@@ -526,6 +546,7 @@ mod tests {
                 at_least: None,
             }],
             assigns: vec![],
+            updated_in_place: vec![],
             memory: MemoryReport::default(),
             optimizer: None,
             blob: vec![7; 16],

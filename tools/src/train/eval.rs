@@ -95,11 +95,11 @@ impl Evaluator {
         trained: &[(String, TensorType)],
     ) -> Result<Evaluator, CliError> {
         let program = format!("the eval program `{}`", artifact.graph);
-        if let Some(a) = artifact.assigns.first() {
+        let updated = artifact.assigns.iter().map(|a| &a.target);
+        if let Some(target) = updated.chain(&artifact.updated_in_place).next() {
             return Err(CliError::Arg(format!(
-                "{program} assigns `{}`: evaluating it would change the params it is meant to \
-                 score; give a forward-only program (without `train` or `assign`)",
-                a.target
+                "{program} assigns `{target}`: evaluating it would change the params it is meant \
+                 to score; give a forward-only program (without `train` or `assign`)"
             )));
         }
         let mut params = Vec::new();
