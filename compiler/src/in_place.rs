@@ -33,9 +33,9 @@ use crate::kernel::KernelPlan;
 use crate::layout::{BufferId, View};
 use crate::schedule::{BufferKind, Schedule};
 
-/// Writes every assign's source over its target where the module docs allow; returns how many
-/// assigns it removed.
-pub fn update_in_place(sched: &mut Schedule) -> usize {
+/// Writes every assign's source over its target where the module docs allow (recording the
+/// target in [`Schedule::updated_in_place`]).
+pub fn update_in_place(sched: &mut Schedule) {
     let n = sched.buffers.len();
     // per buffer: the steps that read it and the steps that write it
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -95,7 +95,7 @@ pub fn update_in_place(sched: &mut Schedule) -> usize {
     }
     sched.assigns = kept;
     if aliases.is_empty() {
-        return 0;
+        return;
     }
     // the aliased buffers go; the others keep their order, renumbered
     let mut alias_of: Vec<Option<BufferId>> = vec![None; n];
@@ -131,7 +131,6 @@ pub fn update_in_place(sched: &mut Schedule) -> usize {
     for (_, v) in &mut sched.assigns {
         redirect(v);
     }
-    aliases.len()
 }
 
 /// Whether fused kernel `k` writes buffer `source` whole, one element per point of the space
@@ -167,16 +166,7 @@ fn writes_over(k: &FusedKernel, source: BufferId, target: BufferId) -> bool {
     // A load that names a space axis the store does not is made where that axis varies: in a
     // row kernel, a per-row store's target read along a reduce axis (even at stride 0) is an
     // element-level load, made again after lane 0's store. Such loads do not qualify.
-    let named = |a: &crate::fused::Access| -> Vec<u8> {
-        a.axes
-            .iter()
-            .filter_map(|x| match *x {
-                Axis::Space(k) => Some(k),
-                _ => None,
-            })
-            .collect()
-    };
-    let stored_axes = named(access);
+    let stored_axes: Vec<usize> = access.space_axes().collect();
     view.offset == 0
         && view.is_contiguous()
         && once
@@ -188,6 +178,6 @@ fn writes_over(k: &FusedKernel, source: BufferId, target: BufferId) -> bool {
             .all(|(v, a)| {
                 v.offset == view.offset
                     && space_strides(p, a, v) == written
-                    && named(a).iter().all(|k| stored_axes.contains(k))
+                    && a.space_axes().all(|k| stored_axes.contains(&k))
             })
 }

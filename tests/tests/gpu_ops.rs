@@ -235,10 +235,11 @@ fn assign_of_a_reshape_that_needs_a_copy() {
 
 /// Updates in place (`in_place.rs`): `u` and `q` are written over by the kernels that read them
 /// at the same element; `q`'s update reads the old `p` and the new one, so unoptimized (each op
-/// its own kernel) `p` keeps its copy, and optimized (one kernel) it need not; `r`'s update is a reduction over rows that reads `r` per row (a bias's
-/// moment); `s`'s reads `s` transposed (which must keep its copy: another thread's element would
-/// be overwritten before it is read). Two runs, with and without the optimizer; the second run's
-/// outputs follow from the first's.
+/// its own kernel) `p` keeps its copy, and optimized (one kernel) it need not; `r`'s update is
+/// a reduction over rows that reads `r` per row (a bias's moment); `s`'s reads `s` transposed
+/// (which must keep its copy: another thread's element would be overwritten before it is
+/// read). Two runs, with and without the optimizer; the second run's outputs follow from the
+/// first's.
 #[test]
 fn updates_in_place_keep_the_values_of_copied_ones() {
     let src = "graph t {

@@ -47,7 +47,8 @@ pub struct Access {
 }
 
 impl Access {
-    fn space_axes(&self) -> impl Iterator<Item = usize> + '_ {
+    /// The space axes the tensor's axes name, in tensor-axis order.
+    pub(crate) fn space_axes(&self) -> impl Iterator<Item = usize> + '_ {
         self.axes.iter().filter_map(|a| match *a {
             Axis::Space(k) => Some(k as usize),
             _ => None,
