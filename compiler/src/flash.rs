@@ -35,6 +35,14 @@ pub enum FlashKind {
     BackwardDkDv,
     /// Inputs as [`FlashKind::BackwardDkDv`]; output `dQ` (shaped as `q`).
     BackwardDq,
+    /// The whole backward in one kernel per group of key blocks: inputs as
+    /// [`FlashKind::BackwardDkDv`]; outputs `dK`, `dV` (as that kernel's) and `dQ` (shaped as
+    /// `q`, which must not be broadcast over the score space's batch). Each workgroup walks its
+    /// key blocks and adds their share of `dQ` into a partial sum of its own (WGSL has no float
+    /// atomics); a second pass adds the groups' partials. Built by lowering from a dQ and a
+    /// dK/dV kernel of one attention (`merge-flash-backward`), it computes the scores and `dP`
+    /// once where the two kernels compute them twice.
+    Backward,
 }
 
 /// What a flash kernel computes (see the module docs); its inputs are a kernel node's.
@@ -52,7 +60,7 @@ impl FlashSpec {
     pub fn fixed_inputs(&self) -> usize {
         match self.kind {
             FlashKind::Forward => 3,
-            FlashKind::BackwardDkDv | FlashKind::BackwardDq => 6,
+            FlashKind::BackwardDkDv | FlashKind::BackwardDq | FlashKind::Backward => 6,
         }
     }
 
@@ -71,6 +79,7 @@ impl FlashSpec {
             FlashKind::Forward => "flash_attention_fwd",
             FlashKind::BackwardDkDv => "flash_attention_bwd_dkdv",
             FlashKind::BackwardDq => "flash_attention_bwd_dq",
+            FlashKind::Backward => "flash_attention_bwd",
         }
     }
 
@@ -87,7 +96,7 @@ impl FlashSpec {
                 o.push(v.shape[v.rank() - 1]);
                 vec![TensorType::f32(o), TensorType::f32(l)]
             }
-            FlashKind::BackwardDkDv => {
+            FlashKind::BackwardDkDv | FlashKind::Backward => {
                 // over the score space's batch: a k or v broadcast over heads (grouped-query
                 // attention) gets one gradient per query head, which the graph sums
                 let r = self.score.domain.len();
@@ -96,7 +105,11 @@ impl FlashSpec {
                     shape.extend([self.score.domain[r - 1], last]);
                     TensorType::f32(shape)
                 };
-                vec![with(k.shape[k.rank() - 1]), with(v.shape[v.rank() - 1])]
+                let mut outs = vec![with(k.shape[k.rank() - 1]), with(v.shape[v.rank() - 1])];
+                if self.kind == FlashKind::Backward {
+                    outs.push(q.clone());
+                }
+                outs
             }
             FlashKind::BackwardDq => vec![q.clone()],
         }
@@ -163,7 +176,7 @@ pub fn eval(spec: &FlashSpec, inputs: &[Tensor]) -> Vec<Tensor> {
             out_shape.push(1);
             vec![o, Tensor::new(TensorType::f32(out_shape), l)]
         }
-        FlashKind::BackwardDkDv | FlashKind::BackwardDq => {
+        FlashKind::BackwardDkDv | FlashKind::BackwardDq | FlashKind::Backward => {
             let (d_o, lse, delta) = (&inputs[3], &inputs[4], &inputs[5]);
             let p: Vec<f64> = (0..s.data.len())
                 .map(|e| (s.data[e] - lse.data[e / sk]).exp())
@@ -178,25 +191,28 @@ pub fn eval(spec: &FlashSpec, inputs: &[Tensor]) -> Vec<Tensor> {
             g_in.extend(inputs[from..from + spec.dscore_extras()].iter().cloned());
             let g = run(dscore, &g_in).remove(0);
             let p = Tensor::new(scores_ty, p);
-            let sum_to = |t: Tensor, like: &TensorType| reduce_to(t, like);
-            match spec.kind {
-                FlashKind::BackwardDq => {
-                    let mut shape = space[..space.len() - 1].to_vec();
-                    shape.push(q.ty.shape[q.ty.rank() - 1]);
-                    vec![sum_to(matmul(&g, k, shape), &q.ty)]
-                }
-                _ => {
-                    let mut kshape = space[..space.len() - 2].to_vec();
-                    kshape.push(sk);
-                    let mut dk_shape = kshape.clone();
-                    dk_shape.push(k.ty.shape[k.ty.rank() - 1]);
-                    let mut dv_shape = kshape;
-                    dv_shape.push(dv);
-                    let dk = matmul(&transpose(&g), q, dk_shape);
-                    let dvv = matmul(&transpose(&p), d_o, dv_shape);
-                    vec![dk, dvv]
-                }
+            let d_q = || {
+                let mut shape = space[..space.len() - 1].to_vec();
+                shape.push(q.ty.shape[q.ty.rank() - 1]);
+                reduce_to(matmul(&g, k, shape), &q.ty)
+            };
+            if spec.kind == FlashKind::BackwardDq {
+                return vec![d_q()];
             }
+            let mut kshape = space[..space.len() - 2].to_vec();
+            kshape.push(sk);
+            let mut dk_shape = kshape.clone();
+            dk_shape.push(k.ty.shape[k.ty.rank() - 1]);
+            let mut dv_shape = kshape;
+            dv_shape.push(dv);
+            let mut outs = vec![
+                matmul(&transpose(&g), q, dk_shape),
+                matmul(&transpose(&p), d_o, dv_shape),
+            ];
+            if spec.kind == FlashKind::Backward {
+                outs.push(d_q());
+            }
+            outs
         }
     }
 }

@@ -62,8 +62,14 @@ pub struct Flash {
     /// Views of the score function's other operands, and of its backward's.
     pub score_extras: Vec<View>,
     pub dscore_extras: Vec<View>,
-    /// Forward: `O`, `L`; dK/dV: `dK [batch.., sk, d]`, `dV`; dQ: `dQ`.
+    /// Forward: `O`, `L`; dK/dV: `dK [batch.., sk, d]`, `dV`; dQ: `dQ`; the whole backward:
+    /// `dK`, `dV` and the first group's `dQ` partial sum (`[batch.., sq, d]`; group `g`'s lies
+    /// `g · dq_group_stride` words on).
     pub outputs: Vec<View>,
+    /// The whole backward ([`crate::flash::FlashKind::Backward`]): groups of key blocks, one
+    /// workgroup and one `dQ` partial sum each (1 for the other kinds).
+    pub dq_groups: usize,
+    pub dq_group_stride: usize,
 }
 
 /// 2-D convolution, NCHW / OIHW.

@@ -103,6 +103,10 @@ pub struct Options {
     /// For experiments the environment variable `SINTER_FLASH_TILE` (`a`, `b`, `c`, `d`; see
     /// [`codegen::flash::Tiling::NAMED`]) overrides it at compile time.
     pub flash_tile: codegen::flash::Tiling,
+    /// Make an attention's dQ and dK/dV flash kernels one kernel of the whole backward where
+    /// that pays (see [`flash::FlashKind::Backward`]); `sinter compile --flash-backward split`
+    /// keeps the two.
+    pub merge_flash_backward: bool,
 }
 
 impl Default for Options {
@@ -117,6 +121,7 @@ impl Default for Options {
             attention: optimize::AttentionPolicy::Auto,
             quad_aliases: true,
             flash_tile: codegen::flash::Tiling::DEFAULT,
+            merge_flash_backward: true,
         }
     }
 }
@@ -189,6 +194,7 @@ fn run_passes(
             &optimize::Config {
                 attention: options.attention,
                 max_binding: options.max_binding_size,
+                merge_flash_backward: options.merge_flash_backward,
             },
         );
         dump(Pass::Optimize, &|| {

@@ -19,6 +19,7 @@ use sinter_ir::{DType, Op, TensorType, ValueId, key};
 use crate::codegen::fused::FusedKernel;
 use crate::codegen::matmul::{self, Tile};
 use crate::error::CompileError;
+use crate::flash::FlashKind;
 use crate::fused::{Arg, Combine, Program, Scalar};
 use crate::kernel::*;
 use crate::kgraph::{KDef, KNode, KernelGraph, KernelOp};
@@ -99,6 +100,7 @@ pub fn lower(
         matmul_tile: options.matmul_tile,
         matmul_split: options.matmul_split,
         max_binding: options.max_binding_size,
+        flash_tile: options.flash_tile,
     };
     for (i, value) in g.values.iter().enumerate() {
         let v = ValueId(i as u32);
@@ -163,6 +165,8 @@ struct Lowering<'g> {
     matmul_tile: Option<Tile>,
     matmul_split: Option<usize>,
     max_binding: u64,
+    /// The flash kernels' tiling, for the whole backward's groups of key blocks.
+    flash_tile: crate::codegen::flash::Tiling,
 }
 
 impl Lowering<'_> {
@@ -560,6 +564,35 @@ impl Lowering<'_> {
             self.views.insert(o, view.clone());
             outputs.push(view);
         }
+        // the whole backward: dQ through one partial sum per group of key blocks
+        let mut dq_groups = 1;
+        let mut dq_sum = None;
+        if spec.kind == FlashKind::Backward {
+            let dq = outputs.pop().expect("dK, dV and dQ");
+            let rows = self.flash_tile.for_kernel(FlashKind::Backward, d, dv).rows;
+            let bytes = self.g.ty(node.outputs[2]).size_bytes() as u64;
+            dq_groups =
+                crate::codegen::flash::dq_groups(sk.div_ceil(rows), bytes, self.max_binding);
+            let mut shape = vec![dq_groups];
+            shape.extend(&dq.shape);
+            let label = format!(
+                "{} (flash dQ partial sums)",
+                self.sched.buffers[dq.buffer.0 as usize].label
+            );
+            let partials =
+                self.new_buffer(TensorType::new(DType::F32, shape), BufferKind::Temp, &label);
+            outputs.push(View {
+                shape: dq.shape.clone(),
+                strides: partials.strides[1..].to_vec(),
+                ..partials.clone()
+            });
+            dq_sum = Some(SplitSum {
+                partials,
+                out: dq,
+                epilogue: None,
+            });
+        }
+        let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
         let plan = crate::kernel::Flash {
             spec: spec.clone(),
             batch: batch.clone(),
@@ -576,8 +609,13 @@ impl Lowering<'_> {
             score_extras,
             dscore_extras,
             outputs,
+            dq_groups,
+            dq_group_stride,
         };
         self.push_node(KernelPlan::Flash(Box::new(plan)), node);
+        if let Some(sum) = dq_sum {
+            self.push_node(KernelPlan::SplitSum(sum), node);
+        }
         Ok(())
     }
 

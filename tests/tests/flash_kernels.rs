@@ -281,6 +281,51 @@ fn backward_dkdv() {
     }
 }
 
+#[test]
+fn backward_whole() {
+    for case in cases() {
+        check(&case, FlashKind::Backward);
+    }
+}
+
+/// The whole backward with its `dQ` partial sums squeezed (through the binding limit) into
+/// fewer groups than key blocks: each workgroup walks several key blocks, adding into a partial
+/// sum that its first block stored (zeros where a causal or window mask leaves that block
+/// dead), and a group may find its last block past the keys.
+#[test]
+fn backward_whole_walks_key_blocks() {
+    let c = |batch: Vec<usize>, sq, sk, d, mask| Case {
+        batch,
+        sq,
+        sk,
+        d,
+        dv: d,
+        mask,
+        shared_kv: false,
+    };
+    for case in [
+        c(vec![1, 2], 300, 300, 16, Mask::Causal),
+        c(vec![2, 1], 520, 300, 32, Mask::None),
+        c(vec![1, 2], 400, 260, 16, Mask::Window(50)),
+    ] {
+        let dq_bytes = (case.batch.iter().product::<usize>() * case.sq * case.d * 4) as u64;
+        for groups in [1, 2] {
+            // room for `groups` partial sums (no tensor of these cases is larger than dQ)
+            let budget = dq_bytes * groups + dq_bytes / 2;
+            let key_blocks = case.sk.div_ceil(Tiling::DEFAULT.rows);
+            assert_eq!(
+                sinter_compiler::codegen::flash::dq_groups(key_blocks, dq_bytes, budget),
+                groups as usize
+            );
+            let options = sinter_compiler::Options {
+                max_binding_size: budget,
+                ..Default::default()
+            };
+            check_with(&case, FlashKind::Backward, &options);
+        }
+    }
+}
+
 /// Every tiling but the default ([`Tiling::NAMED`]) against the interpreter: ragged lengths
 /// around the block sizes, each head width class (a kernel whose accumulators would not fit
 /// falls back to tiling A), causal and not, different query and key lengths, shared keys.
@@ -334,6 +379,7 @@ fn other_tilings() {
                 FlashKind::Forward,
                 FlashKind::BackwardDq,
                 FlashKind::BackwardDkDv,
+                FlashKind::Backward,
             ] {
                 eprintln!(
                     "tiling {name}: {kind:?} {}x{} d={}",

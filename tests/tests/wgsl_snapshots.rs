@@ -130,3 +130,40 @@ fn matmul_split_k() {
     }
     snapshot("matmul_split_k", &text);
 }
+
+/// The flash kernels of an attention's training step (causal, head dim 64): the forward, and
+/// the backward as one kernel (dQ through per-group partial sums) and as the dQ and dK/dV
+/// kernels it replaces (`--flash-backward split`, what wider heads get).
+#[test]
+fn flash_attention_training() {
+    let src = "graph a {
+  input q: f32[1, 2, 100, 64]
+  input k: f32[1, 2, 100, 64]
+  input v: f32[1, 2, 100, 64]
+  input w: f32[1, 2, 100, 64]
+  o = attention(q, k, v, causal=true)
+  loss = sum(mul(o, w))
+  dq, dk, dv = grad(loss, q, k, v)
+  output loss, dq, dk, dv
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    let mut text = String::new();
+    for merge in [true, false] {
+        let options = sinter_compiler::Options {
+            attention: sinter_compiler::optimize::AttentionPolicy::Flash,
+            merge_flash_backward: merge,
+            ..Default::default()
+        };
+        let artifact = sinter_compiler::compile(&graph, &options)
+            .expect("compiles")
+            .artifact;
+        for k in artifact.kernels.iter().filter(|k| {
+            k.pattern.starts_with("flash_attention")
+                && (merge || k.pattern != "flash_attention_fwd")
+        }) {
+            writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+        }
+    }
+    snapshot("flash_attention_training", &text);
+}

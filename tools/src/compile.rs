@@ -1,10 +1,10 @@
 //! `sinter compile FILE.sir -o FILE.sart [--no-opt] [--attention auto|flash|unfused]
-//! [--max-binding-size BYTES] [--dump-after PASS …]`:
+//! [--flash-backward whole|split] [--max-binding-size BYTES] [--dump-after PASS …]`:
 //! compile a program into an artifact, optionally printing what chosen passes produced.
 
 use std::path::PathBuf;
 
-use sinter_cli::flags::Attention;
+use sinter_cli::flags::{Attention, FlashBackward};
 
 use clap::builder::PossibleValuesParser;
 use sinter_compiler::{Options, Pass};
@@ -45,6 +45,10 @@ pub struct Args {
     /// model finds them cheaper), `flash` (wherever an attention is found) or `unfused`.
     #[arg(long, value_enum, default_value_t = Attention::Auto)]
     attention: Attention,
+    /// An attention's flash backward as one kernel where that pays (`whole`: dQ summed from
+    /// per-group partial sums) or as separate dQ and dK/dV kernels (`split`).
+    #[arg(long, value_enum, default_value_t = FlashBackward::Whole)]
+    flash_backward: FlashBackward,
     /// Write the kernel graph before and after optimization as Graphviz files
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
@@ -73,6 +77,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         quad_aliases: !args.browser,
         dot: args.dot.is_some(),
         attention: args.attention.into(),
+        merge_flash_backward: args.flash_backward.merge(),
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

@@ -167,6 +167,10 @@ impl Tiling {
             FlashKind::Forward => tile + out(dv),
             FlashKind::BackwardDq => 2 * tile + out(d),
             FlashKind::BackwardDkDv => 2 * tile + out(d) + out(dv),
+            // and the dQ share of a column block: its columns' rows over the head dim
+            FlashKind::Backward => {
+                2 * tile + out(d) + out(dv) + self.cols / self.threads_y * QUAD * self.nq(d)
+            }
         }
     }
 
@@ -189,11 +193,38 @@ impl Tiling {
 /// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160.
 fn register_budget(kind: FlashKind) -> usize {
     match kind {
-        FlashKind::BackwardDkDv => Tiling::B.registers(kind, 128, 128),
+        FlashKind::BackwardDkDv | FlashKind::Backward => {
+            Tiling::B.registers(FlashKind::BackwardDkDv, 128, 128)
+        }
         FlashKind::Forward | FlashKind::BackwardDq => {
             Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM)
         }
     }
+}
+
+/// Whether a dQ and a dK/dV kernel of head dims `d`, `dv` are better made one
+/// ([`FlashKind::Backward`]): where that kernel keeps `tiling` and its accumulators fit the
+/// register budget (head dims up to 64 with [`Tiling::B`]). Beyond, the two kernels keep the
+/// larger tiling, which measured faster than a merged kernel's fallback would be.
+pub fn merges_backward(tiling: Tiling, d: usize, dv: usize) -> bool {
+    let kind = FlashKind::Backward;
+    tiling.for_kernel(kind, d, dv) == tiling.for_kernel(FlashKind::BackwardDkDv, d, dv)
+        && tiling.registers(kind, d, dv) <= register_budget(kind)
+}
+
+/// Most bytes the whole backward's `dQ` partial sums take.
+const DQ_PARTIAL_BYTES: u64 = 1 << 30;
+
+/// How many groups the whole backward ([`FlashKind::Backward`]) splits `key_blocks` key
+/// blocks into, one workgroup per group and batch entry, each with its own `dQ` partial sum of
+/// `dq_bytes`: as many as the partials' budget (1 GiB, and one binding) allows, up to one
+/// block each, then evened out so that every group walks the same number of blocks (the last
+/// perhaps one fewer).
+pub fn dq_groups(key_blocks: usize, dq_bytes: u64, max_binding: u64) -> usize {
+    let room = DQ_PARTIAL_BYTES.min(max_binding) / dq_bytes.max(1);
+    let most = (room as usize).clamp(1, key_blocks.max(1));
+    let walk = key_blocks.max(1).div_ceil(most);
+    key_blocks.max(1).div_ceil(walk)
 }
 
 /// Where things live in workgroup memory, in quads. Product stages: two buffers of `p_slot`,
@@ -365,12 +396,12 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
     let lay = Layout::of(&t);
     let nb = k.batch.len();
-    let blocks_of = match k.spec.kind {
-        FlashKind::Forward | FlashKind::BackwardDq => k.sq,
-        FlashKind::BackwardDkDv => k.sk,
-    };
     let batch: usize = k.batch.iter().product();
-    let blocks = blocks_of.div_ceil(t.rows);
+    let blocks = match k.spec.kind {
+        FlashKind::Forward | FlashKind::BackwardDq => k.sq.div_ceil(t.rows),
+        FlashKind::BackwardDkDv => k.sk.div_ceil(t.rows),
+        FlashKind::Backward => k.dq_groups,
+    };
     if k.d > MAX_HEAD_DIM || k.dv > MAX_HEAD_DIM {
         e.refuse(
             "flash attention",
@@ -437,7 +468,9 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     decompose(&mut s, "    ", "wid.y", "b", &dims);
     let (sq, sk) = (e.param(k.sq), e.param(k.sk));
     writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
-    writeln!(s, "    let row0 = wid.x * {}u;", t.rows).unwrap();
+    if k.spec.kind != FlashKind::Backward {
+        writeln!(s, "    let row0 = wid.x * {}u;", t.rows).unwrap();
+    }
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
     let v = bind(&mut s, e, "v", &k.v, nb);
@@ -447,6 +480,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
         stages: 0,
         t,
         lay,
+        indent: 0,
     };
     match k.spec.kind {
         FlashKind::Forward => {
@@ -454,7 +488,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
             let l = bind(&mut cx.s, e, "l", &k.outputs[1], nb);
             cx.forward(&q, &kk, &v, &o, &l, k);
         }
-        FlashKind::BackwardDq | FlashKind::BackwardDkDv => {
+        FlashKind::BackwardDq | FlashKind::BackwardDkDv | FlashKind::Backward => {
             let d_o = bind(&mut cx.s, e, "do", k.d_o.as_ref().expect("dO"), nb);
             let lse = bind(&mut cx.s, e, "lse", k.lse.as_ref().expect("L"), nb);
             let delta = bind(&mut cx.s, e, "dd", k.delta.as_ref().expect("D"), nb);
@@ -472,16 +506,30 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
                 lse: &lse,
                 delta: &delta,
             };
-            if k.spec.kind == FlashKind::BackwardDq {
-                cx.backward_dq(&ops, &outs[0], k);
-            } else {
-                cx.backward_dkdv(&ops, &outs, k);
+            match k.spec.kind {
+                FlashKind::BackwardDq => cx.backward_dq(&ops, &outs[0], k),
+                FlashKind::Backward => {
+                    // the workgroup's own partial sum
+                    let stride = e.param(k.dq_group_stride);
+                    cx.line(1, &format!("let dqp_base = out2_base + wid.x * {stride};"));
+                    let dq = Mat {
+                        base: "dqp".to_string(),
+                        ..Mat::new(e, &k.outputs[2], nb)
+                    };
+                    let groups = e.param(k.dq_groups);
+                    cx.backward_dkdv(&ops, &outs[..2], Some((&dq, &groups)), k)
+                }
+                _ => cx.backward_dkdv(&ops, &outs, None, k),
             }
         }
     }
     // the column-block loop and, per block, the stage loops
     let trips = blocks_of_columns(k, &t) as u64;
-    e.loop_trips(trips * (1 + cx.stages));
+    let walk = match k.spec.kind {
+        FlashKind::Backward => k.sk.div_ceil(t.rows).div_ceil(k.dq_groups) as u64,
+        _ => 1,
+    };
+    e.loop_trips(walk * trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
     (s, [blocks as u32, batch as u32, 1], (quads * 16) as u32)
@@ -491,7 +539,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
 fn blocks_of_columns(k: &Flash, t: &Tiling) -> usize {
     match k.spec.kind {
         FlashKind::Forward | FlashKind::BackwardDq => k.sk.div_ceil(t.cols),
-        FlashKind::BackwardDkDv => k.sq.div_ceil(t.cols),
+        FlashKind::BackwardDkDv | FlashKind::Backward => k.sq.div_ceil(t.cols),
     }
 }
 
@@ -561,6 +609,8 @@ struct Body {
     stages: u64,
     t: Tiling,
     lay: Layout,
+    /// Indentation added to every line (inside the whole backward's walk over key blocks).
+    indent: usize,
 }
 
 const COMP: [&str; 4] = ["x", "y", "z", "w"];
@@ -568,7 +618,7 @@ const COMP: [&str; 4] = ["x", "y", "z", "w"];
 impl Body {
     fn line(&mut self, indent: usize, text: &str) {
         for l in text.lines() {
-            writeln!(self.s, "{}{l}", "    ".repeat(indent)).unwrap();
+            writeln!(self.s, "{}{l}", "    ".repeat(self.indent + indent)).unwrap();
         }
     }
 
@@ -1326,7 +1376,12 @@ impl Body {
         self.store_rows(out, "acc", f.d, "SQ", &|x, _| x.to_string());
     }
 
-    fn backward_dkdv(&mut self, o: &Operands, outs: &[Mat], f: &Flash) {
+    /// The key-block backward: dK and dV over the workgroup's key block; with `dq` (the
+    /// workgroup's `dQ` partial sum and the group count, a WGSL expr), the whole backward
+    /// ([`FlashKind::Backward`]): the workgroup walks its group's key blocks and adds
+    /// each column block's `dQ` share (`Gᵀ·K`, see [`Body::dq_share`]) into its partial sum,
+    /// which the first key block stores whole (zeros where its blocks are dead).
+    fn backward_dkdv(&mut self, o: &Operands, outs: &[Mat], dq: Option<(&Mat, &str)>, f: &Flash) {
         let t = self.t;
         let (bc, br) = (t.cols, t.rows);
         let (qr, dor) = (
@@ -1358,6 +1413,39 @@ impl Body {
         self.declare_registers(&["x", "y"]);
         self.declare_acc(&pdo);
         self.declare_acc(&gq);
+        let live = match dq {
+            Some((_, groups)) => {
+                let share = self.dq_tiling();
+                self.line(
+                    1,
+                    &format!("var dqa: array<vec4<f32>, {}>;", share.ra() * share.nq(f.d)),
+                );
+                self.line(
+                    1,
+                    &format!(
+                        "let KB = (SK + {br}u - 1u) / {br}u;\nlet walk = (KB + {groups} - 1u) / {groups};"
+                    ),
+                );
+                self.line(1, "for (var wk = 0u; wk < walk; wk = wk + 1u) {");
+                // a snake order (group g takes blocks g, 2G − 1 − g, 2G + g, …) evens out the
+                // groups' work under a causal mask, where later key blocks have fewer queries
+                self.line(
+                    2,
+                    &format!("let kblk = select(wk * {groups} + wid.x, (wk + 1u) * {groups} - 1u - wid.x, (wk & 1u) == 1u);\nlet row0 = kblk * {br}u;"),
+                );
+                // the first walk step stores every row of the partial sum, blocks or none
+                self.line(2, "if (kblk < KB || wk == 0u) {");
+                self.indent += 2;
+                for c in [&pdo, &gq] {
+                    self.line(
+                        1,
+                        &format!("{} = array<vec4<f32>, {}>();", c.acc, t.ra() * c.nq),
+                    );
+                }
+                "kblk < KB && "
+            }
+            None => "",
+        };
         self.line(1, &format!("let blocks = (SQ + {bc}u - 1u) / {bc}u;"));
         self.line(1, "for (var qb = 0u; qb < blocks; qb = qb + 1u) {");
         self.line(1, &format!("let col0 = qb * {bc}u;"));
@@ -1366,7 +1454,7 @@ impl Body {
             ("col0", &format!("col0 + {}u", bc - 1)),
             ("row0", &format!("row0 + {}u", br - 1)),
         );
-        self.line(1, &format!("if (!{dead}) {{"));
+        self.line(1, &format!("if ({live}!{dead}) {{"));
         self.products(
             2,
             &[
@@ -1388,10 +1476,130 @@ impl Body {
         // dV += P·dO, then dK += G·Q through the same tile
         self.tile_product("x", &pdo);
         self.tile_product("y", &gq);
+        if let Some((dq, _)) = dq {
+            self.dq_share(o.k, f);
+            self.add_dq(dq, Some("dqa"), f.d);
+            self.line(1, "} else if (wk == 0u) {");
+            self.add_dq(dq, None, f.d);
+        }
         self.line(1, "}");
         self.line(1, "}");
         self.store_rows(&outs[0], "dk", f.d, "SK", &|x, _| x.to_string());
         self.store_rows(&outs[1], "dv", f.dv, "SK", &|x, _| x.to_string());
+        if dq.is_some() {
+            self.indent -= 2;
+            self.line(2, "}");
+            self.line(1, "}");
+        }
+    }
+
+    /// The tiling of the whole backward's `dQ` share (see [`Body::dq_share`]): the block's
+    /// `BC` queries as rows, its `BR` keys as columns, in parts of as many keys as fit
+    /// transposed below the column-product buffers.
+    fn dq_tiling(&self) -> Tiling {
+        let t = self.t;
+        let mut keys = t.rows;
+        while t.cols * (keys / QUAD + 1) > self.lay.x_at && keys > t.threads_y {
+            keys /= 2;
+        }
+        debug_assert!(t.cols * (keys / QUAD + 1) <= self.lay.x_at);
+        Tiling {
+            rows: t.cols,
+            cols: t.rows,
+            parts: t.rows / keys,
+            ..t
+        }
+    }
+
+    /// The column block's share of `dQ`, `Gᵀ·K` (its `BC` queries by the head dim), into
+    /// `dqa`: `G` (in the score registers `y`, rows keys) written transposed to workgroup
+    /// memory, part by part, and multiplied with the block's keys as a column product, the
+    /// block's queries its rows.
+    fn dq_share(&mut self, k: &Mat, f: &Flash) {
+        let (t, t_row) = (self.t, self.lay.t_row);
+        let share = self.dq_tiling();
+        let keys = share.cols / share.parts;
+        let share_row = keys / QUAD + 1;
+        self.t = share;
+        self.lay.t_row = share_row;
+        let c = ColumnProduct::new(
+            "dqa",
+            Rows {
+                m: k,
+                row0: "row0",
+                rows: "SK",
+            },
+            f.d,
+            &share,
+        );
+        self.line(
+            2,
+            &format!(
+                "dqa = array<vec4<f32>, {}>();\n{{\nlet rt = ty * {share_row}u;\nlet tw2 = tx * {share_row}u + ty / 4u;\nlet tc2 = ty % 4u;",
+                share.ra() * c.nq
+            ),
+        );
+        let (txs, tys, cg) = (t.threads_x, t.threads_y, t.cg());
+        for part in 0..share.parts {
+            self.column_first_stage(2, &c, part);
+            // key ty + TY·a of the block is key ty + TY·(a − a0) of the part
+            let a0 = part * keys / tys;
+            let mut w = String::new();
+            for a in a0..a0 + keys / tys {
+                let row: Vec<String> = (0..t.cb())
+                    .map(|b| {
+                        format!(
+                            "sm[tw2 + {}u][tc2] = y[{}].{};",
+                            txs * b * share_row + tys / QUAD * (a - a0),
+                            a * cg + b / QUAD,
+                            COMP[b % QUAD]
+                        )
+                    })
+                    .collect();
+                writeln!(w, "{}", row.join(" ")).unwrap();
+            }
+            self.line(2, &w);
+            self.line(2, "workgroupBarrier();");
+            self.column_product(2, &c, part);
+        }
+        self.line(2, "}");
+        self.t = t;
+        self.lay.t_row = t_row;
+    }
+
+    /// Adds `acc` (the `dQ` share of the column block's queries, as [`Body::dq_share`] lays
+    /// it out) into the partial sum `dq`, or stores it there on the first walk step; zeros
+    /// without `acc` (a dead block on the first step).
+    fn add_dq(&mut self, dq: &Mat, acc: Option<&str>, width: usize) {
+        let share = self.dq_tiling();
+        let (txs, tys) = (share.threads_x, share.threads_y);
+        let nq = share.nq(width);
+        for a in 0..share.ra() {
+            let mut t = format!("{{ let i = col0 + ty + {}u;\n  if (i < SQ) {{\n", tys * a);
+            for q in 0..nq {
+                for (k, comp) in COMP.iter().enumerate() {
+                    let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
+                    let at = dq.at("i", &col);
+                    let arena = &dq.arena;
+                    let store = match acc {
+                        Some(acc) => {
+                            let v = format!("{acc}[{}].{comp}", a * nq + q);
+                            format!(
+                                "{{ let at = {at}; if (wk == 0u) {{ {arena}[at] = {v}; }} else {{ {arena}[at] = {arena}[at] + {v}; }} }}"
+                            )
+                        }
+                        None => format!("{arena}[{at}] = 0.0;"),
+                    };
+                    if QUAD * (txs * q + txs - 1) + k < width {
+                        writeln!(t, "    {store}").unwrap();
+                    } else {
+                        writeln!(t, "    if ({col} < {width}u) {{ {store} }}").unwrap();
+                    }
+                }
+            }
+            t.push_str("  }\n}");
+            self.line(2, &t);
+        }
     }
 }
 

@@ -642,3 +642,97 @@ fn dk_sites(g: &Graph, p: Id, d_o: Id) -> Vec<Id> {
     }
     found
 }
+
+/// Makes each dQ kernel and dK/dV kernel of one attention (the same inputs and score
+/// functions) one kernel of the whole backward ([`FlashKind::Backward`]) where
+/// [`crate::codegen::flash::merges_backward`] says it pays and `q` is not broadcast over the
+/// score space's batch (the partial sums are over that batch); returns how many were merged.
+/// The merged kernel takes the earlier one's place: the two read the same values, so
+/// everything either's readers read is defined by then.
+pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
+    use crate::kgraph::{KNode, KernelOp};
+    let spec_of = |n: &KNode| match &n.op {
+        KernelOp::Flash(s) => Some((**s).clone()),
+        _ => None,
+    };
+    let mut alive = vec![true; kg.nodes.len()];
+    let mut merged = 0;
+    for a in 0..kg.nodes.len() {
+        let Some(first) = spec_of(&kg.nodes[a]) else {
+            continue;
+        };
+        let want = match first.kind {
+            FlashKind::BackwardDq => FlashKind::BackwardDkDv,
+            FlashKind::BackwardDkDv => FlashKind::BackwardDq,
+            _ => continue,
+        };
+        let (q, v) = (kg.ty(kg.nodes[a].inputs[0]), kg.ty(kg.nodes[a].inputs[2]));
+        let r = first.score.domain.len();
+        let mut unbroadcast = first.score.domain[..r - 1].to_vec();
+        unbroadcast.push(q.shape[q.rank() - 1]);
+        let (d, dv) = (q.shape[q.rank() - 1], v.shape[v.rank() - 1]);
+        if q.shape != unbroadcast
+            || !crate::codegen::flash::merges_backward(
+                crate::codegen::flash::Tiling::DEFAULT,
+                d,
+                dv,
+            )
+        {
+            continue;
+        }
+        let partner = (a + 1..kg.nodes.len()).find(|&b| {
+            alive[b]
+                && kg.nodes[b].inputs == kg.nodes[a].inputs
+                && spec_of(&kg.nodes[b]).is_some_and(|s| {
+                    s.kind == want && s.score == first.score && s.dscore == first.dscore
+                })
+        });
+        let Some(b) = partner else { continue };
+        let second = std::mem::replace(
+            &mut kg.nodes[b],
+            KNode {
+                op: KernelOp::Ir(Op::Constant, Attrs::new()),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                sources: Vec::new(),
+                rules: Vec::new(),
+            },
+        );
+        alive[b] = false;
+        let first_node = &mut kg.nodes[a];
+        let (dkdv, dq) = if first.kind == FlashKind::BackwardDkDv {
+            (first_node.outputs.clone(), second.outputs[0])
+        } else {
+            (second.outputs.clone(), first_node.outputs[0])
+        };
+        let mut outputs = dkdv;
+        outputs.push(dq);
+        let mut sources = std::mem::take(&mut first_node.sources);
+        sources.extend(second.sources);
+        sources.sort();
+        sources.dedup();
+        let mut rules = std::mem::take(&mut first_node.rules);
+        for rule in second
+            .rules
+            .into_iter()
+            .chain(["merge-flash-backward".to_string()])
+        {
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+        *first_node = KNode {
+            op: KernelOp::Flash(Box::new(FlashSpec {
+                kind: FlashKind::Backward,
+                ..first
+            })),
+            inputs: first_node.inputs.clone(),
+            outputs,
+            sources,
+            rules,
+        };
+        merged += 1;
+    }
+    super::keep_alive(kg, &alive);
+    merged
+}

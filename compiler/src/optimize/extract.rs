@@ -156,10 +156,23 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
         * crate::flash::live_fraction(&spec.score, 64, 32);
     let (q, v) = (&types[0], &types[2]);
     let (d, dv) = (q.shape[q.rank() - 1] as f64, v.shape[v.rank() - 1] as f64);
+    let r = spec.score.domain.len();
+    // Where lowering makes the dQ kernel part of the dK/dV kernel (`merge-flash-backward`, on
+    // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
+    // and the partial sums written and added.
+    let merged = spec.kind == FlashKind::BackwardDq
+        && q.shape[..q.rank() - 1] == spec.score.domain[..r - 1]
+        && crate::codegen::flash::merges_backward(
+            crate::codegen::flash::Tiling::DEFAULT,
+            d as usize,
+            dv as usize,
+        );
     let products = match spec.kind {
         FlashKind::Forward => d + dv,
+        FlashKind::BackwardDq if merged => d,
         FlashKind::BackwardDq => d + 2.0 * dv,
         FlashKind::BackwardDkDv => 2.0 * d + 2.0 * dv,
+        FlashKind::Backward => 3.0 * d + 2.0 * dv,
     };
     // Workgroups (one per block of rows of the tiling the kernel gets, the default or A where
     // the default would pass the kernel's register budget; rows are queries, or keys for
@@ -168,15 +181,26 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
     // wave costs a whole one, and under a causal mask few waves balance badly (measured on the
     // H200 against S = 4096: at S = 512, 1024, 2048 the kernels ran at 0.65, 0.91, 0.95 of that
     // rate, causal ones at 0.45, 0.66, 0.85).
-    let by_keys = spec.kind == FlashKind::BackwardDkDv;
+    let kind = if merged {
+        FlashKind::BackwardDkDv
+    } else {
+        spec.kind
+    };
+    let by_keys = matches!(kind, FlashKind::BackwardDkDv | FlashKind::Backward);
     let rows = crate::codegen::flash::Tiling::DEFAULT
-        .for_kernel(spec.kind, d as usize, dv as usize)
+        .for_kernel(kind, d as usize, dv as usize)
         .rows;
     let per_block = crate::flash::live_per_row_block(&spec.score, rows, by_keys);
-    let r = spec.score.domain.len();
     let batch: usize = spec.score.domain[..r - 2].iter().product();
     let balance = sm_balance(batch, &per_block, crate::codegen::matmul::SMS);
-    LAUNCH_NS + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / balance
+    let (launch, bytes) = if merged {
+        let dq = q.size_bytes() as u64;
+        let groups = crate::codegen::flash::dq_groups(per_block.len(), dq, u64::MAX);
+        (0.0, (2 * groups as u64 + 1) as f64 * dq as f64)
+    } else {
+        (LAUNCH_NS, bytes)
+    };
+    launch + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / balance
 }
 
 /// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` (in

@@ -153,6 +153,9 @@ pub struct Config {
     pub attention: AttentionPolicy,
     /// The largest tensor a kernel may store, in bytes (the arena's binding limit).
     pub max_binding: u64,
+    /// Make each attention's dQ and dK/dV kernels one kernel of the whole backward where that
+    /// pays ([`attention::merge_backward`]; `--flash-backward split` turns it off).
+    pub merge_flash_backward: bool,
 }
 
 impl Default for Config {
@@ -160,6 +163,7 @@ impl Default for Config {
         Config {
             attention: AttentionPolicy::Auto,
             max_binding: u64::MAX,
+            merge_flash_backward: true,
         }
     }
 }
@@ -260,6 +264,9 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
+    if config.merge_flash_backward {
+        attention::merge_backward(&mut kg);
+    }
     share::store_recomputed(&mut kg);
     lap(&mut report, "stored recomputed values");
     report.total_time = start.elapsed();
@@ -1001,14 +1008,19 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
             merged += 1;
         }
     }
+    keep_alive(kg, &alive);
+    merged
+}
+
+/// Drops the nodes not `alive` and renumbers the values' defining nodes.
+fn keep_alive(kg: &mut KernelGraph, alive: &[bool]) {
     let nodes = std::mem::take(&mut kg.nodes);
     kg.nodes = nodes
         .into_iter()
         .zip(alive)
-        .filter_map(|(n, keep)| keep.then_some(n))
+        .filter_map(|(n, &keep)| keep.then_some(n))
         .collect();
     renumber(kg);
-    merged
 }
 
 fn is_fused(n: &KNode) -> bool {

@@ -99,6 +99,9 @@ struct GptArgs {
     /// Which attention kernels the optimizer may choose (as `sinter compile --attention`).
     #[arg(long, value_enum, default_value_t = sinter_cli::flags::Attention::Auto)]
     attention: sinter_cli::flags::Attention,
+    /// The flash backward as one kernel or two (as `sinter compile --flash-backward`).
+    #[arg(long, value_enum, default_value_t = sinter_cli::flags::FlashBackward::Whole)]
+    flash_backward: sinter_cli::flags::FlashBackward,
     /// Only generate and compile (no GPU): compile time and kernel counts.
     #[arg(long)]
     compile_only: bool,
@@ -849,6 +852,7 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
     let mut options = sinter_compiler::Options {
         optimize: !args.no_opt,
         attention: args.attention.into(),
+        merge_flash_backward: args.flash_backward.merge(),
         ..Default::default()
     };
     if let Some(bytes) = args.max_binding {

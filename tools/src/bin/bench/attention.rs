@@ -20,6 +20,8 @@ use sinter_cli::flags::Attention;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Policy {
     Flash,
+    /// The flash kernels with the backward as separate dQ and dK/dV kernels.
+    FlashSplit,
     Unfused,
     Auto,
     NoOpt,
@@ -28,13 +30,14 @@ pub enum Policy {
 impl Policy {
     fn options(self) -> sinter_compiler::Options {
         let attention = match self {
-            Policy::Flash => Attention::Flash,
+            Policy::Flash | Policy::FlashSplit => Attention::Flash,
             Policy::Unfused => Attention::Unfused,
             Policy::Auto | Policy::NoOpt => Attention::Auto,
         };
         sinter_compiler::Options {
             attention: AttentionPolicy::from(attention),
             optimize: self != Policy::NoOpt,
+            merge_flash_backward: self != Policy::FlashSplit,
             ..Default::default()
         }
     }
@@ -42,6 +45,7 @@ impl Policy {
     fn name(self) -> &'static str {
         match self {
             Policy::Flash => "flash",
+            Policy::FlashSplit => "flash-split",
             Policy::Unfused => "unfused",
             Policy::Auto => "auto",
             Policy::NoOpt => "no-opt",
