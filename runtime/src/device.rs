@@ -31,6 +31,10 @@ pub struct AdapterChoice {
     /// proved in range (`SINTER_INDEX_CHECKS=on`): for telling a kernel's own indexing bug
     /// from another one.
     pub check_all_indices: bool,
+    /// Fill every arena with NaN at load, before the initial values are written, instead of
+    /// leaving it zeroed (`SINTER_POISON_ARENAS=on`): a kernel that reads memory nothing wrote
+    /// (a temporary it should have stored whole) then shows in its results.
+    pub poison_arenas: bool,
 }
 
 impl AdapterChoice {
@@ -49,6 +53,7 @@ impl AdapterChoice {
             profiling: false,
             no_subgroups: !switch("SINTER_SUBGROUPS")?.unwrap_or(true),
             check_all_indices: switch("SINTER_INDEX_CHECKS")?.unwrap_or(false),
+            poison_arenas: switch("SINTER_POISON_ARENAS")?.unwrap_or(false),
         })
     }
 }
@@ -128,6 +133,8 @@ pub struct Gpu {
     pub(crate) subgroups: bool,
     /// See [`AdapterChoice::check_all_indices`].
     pub(crate) check_all_indices: bool,
+    /// See [`AdapterChoice::poison_arenas`].
+    pub(crate) poison_arenas: bool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -396,6 +403,7 @@ impl Gpu {
             timestamps,
             subgroups,
             check_all_indices: choice.check_all_indices,
+            poison_arenas: choice.poison_arenas,
         })
     }
 

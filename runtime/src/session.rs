@@ -174,13 +174,21 @@ impl Session {
                     })
                 };
                 let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+                let poison = gpu.poison_arenas;
                 let arenas: Vec<_> = artifact
                     .arenas
                     .iter()
                     .enumerate()
                     .map(|(i, a)| {
                         let label = format!("arena{i}");
-                        buffer(&label, a.size_bytes, wgpu::BufferUsages::STORAGE | copy)
+                        let arena =
+                            buffer(&label, a.size_bytes, wgpu::BufferUsages::STORAGE | copy);
+                        if poison {
+                            let words = (buffer_size(a.size_bytes) / 4) as usize;
+                            let nan = f32::NAN.to_bits().to_le_bytes();
+                            gpu.queue.write_buffer(&arena, 0, &nan.repeat(words));
+                        }
+                        arena
                     })
                     .collect();
                 let params = buffer(
@@ -195,8 +203,9 @@ impl Session {
                         let bytes = &artifact.blob[off as usize..(off + len) as usize];
                         gpu.queue.write_buffer(arena, t.offset, bytes);
                     }
-                    // buffers start zeroed, so a zeros initializer costs nothing
-                    if let Some(fill) = t.fill.as_ref().filter(|f| **f != Init::Zeros)
+                    // buffers start zeroed (unless poisoned), so a zeros initializer costs
+                    // nothing
+                    if let Some(fill) = t.fill.as_ref().filter(|f| poison || **f != Init::Zeros)
                         && t.size_bytes() > 0
                     {
                         let bytes = sinter_artifact::init::initial_bytes(&t.ty, fill);

@@ -11,7 +11,7 @@ use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
 use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evaluate};
 use sinter_ir::interp::Tensor;
 use sinter_ir::{DType, Op, TensorType, ValueId};
-use sinter_runtime::Session;
+use sinter_runtime::{AdapterChoice, Session};
 use sinter_tests::{Rng, random_tensor, relative_error, run_session};
 
 /// The mask of a score function.
@@ -144,6 +144,17 @@ fn check(case: &Case, kind: FlashKind) {
 
 /// [`check`] compiled with `options`.
 fn check_with(case: &Case, kind: FlashKind, options: &sinter_compiler::Options) {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    check_on(case, kind, options, &choice);
+}
+
+/// [`check_with`] on the adapter and with the load settings of `choice`.
+fn check_on(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+) {
     let scale = 1.0 / (case.d as f32).sqrt();
     let f = |rows: usize, cols: usize, shared: bool| {
         let mut s = case.batch.clone();
@@ -215,7 +226,7 @@ fn check_with(case: &Case, kind: FlashKind, options: &sinter_compiler::Options) 
     let want = evaluate(&kg, &feed, &HashMap::new()).expect("the semantics evaluate");
     let artifact = sinter_compiler::compile_kernel_graph(&kg, options)
         .unwrap_or_else(|e| panic!("compile: {e}"));
-    let mut session = Session::load(artifact).unwrap_or_else(|e| panic!("load: {e}"));
+    let mut session = Session::load_with(artifact, choice).unwrap_or_else(|e| panic!("load: {e}"));
     let got = run_session(&mut session, &feed);
     for (name, w) in &want.outputs {
         let a = &got[name];
@@ -291,9 +302,14 @@ fn backward_whole() {
 /// The whole backward with its `dQ` partial sums squeezed (through the binding limit) into
 /// fewer groups than key blocks: each workgroup walks several key blocks, adding into a partial
 /// sum that its first block stored (zeros where a causal or window mask leaves that block
-/// dead), and a group may find its last block past the keys.
+/// dead), and a group may find its last block past the keys. The arenas start as NaN, so a
+/// partial sum not stored whole shows.
 #[test]
 fn backward_whole_walks_key_blocks() {
+    let poisoned = AdapterChoice {
+        poison_arenas: true,
+        ..AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"))
+    };
     let c = |batch: Vec<usize>, sq, sk, d, mask| Case {
         batch,
         sq,
@@ -321,7 +337,7 @@ fn backward_whole_walks_key_blocks() {
                 max_binding_size: budget,
                 ..Default::default()
             };
-            check_with(&case, FlashKind::Backward, &options);
+            check_on(&case, FlashKind::Backward, &options, &poisoned);
         }
     }
 }

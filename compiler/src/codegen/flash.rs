@@ -190,12 +190,13 @@ impl Tiling {
 /// dK/dV kernel the 192 that B needs at head dim 128. Measured on the H200 (BENCHMARKS.md,
 /// "Flash tilings"): B's dK/dV at head dim 128 took 32.9 ms against A's 37.7 at S = 4096, and
 /// 18.2 against 19.9 causal; B's dQ at head dim 256 (also 192 floats) was slower than A's
-/// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160.
+/// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160. The whole backward may
+/// keep B at head dim 128 too (224 floats): it measured 63.7 ms against the two kernels' 74.7 at
+/// S = 4096 (34.6 against 41.6 causal).
 fn register_budget(kind: FlashKind) -> usize {
     match kind {
-        FlashKind::BackwardDkDv | FlashKind::Backward => {
-            Tiling::B.registers(FlashKind::BackwardDkDv, 128, 128)
-        }
+        FlashKind::BackwardDkDv => Tiling::B.registers(kind, 128, 128),
+        FlashKind::Backward => Tiling::B.registers(kind, 128, 128),
         FlashKind::Forward | FlashKind::BackwardDq => {
             Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM)
         }
@@ -203,13 +204,12 @@ fn register_budget(kind: FlashKind) -> usize {
 }
 
 /// Whether a dQ and a dK/dV kernel of head dims `d`, `dv` are better made one
-/// ([`FlashKind::Backward`]): where that kernel keeps `tiling` and its accumulators fit the
-/// register budget (head dims up to 64 with [`Tiling::B`]). Beyond, the two kernels keep the
-/// larger tiling, which measured faster than a merged kernel's fallback would be.
+/// ([`FlashKind::Backward`]): where that kernel keeps `tiling` itself within its register
+/// budget (head dims up to 128 with [`Tiling::B`]). Measured on the H200 at head dims 64 and
+/// 128 (BENCHMARKS.md, "The whole backward in one kernel"), the merged kernel was 12–23%
+/// faster than the two; wider heads fall back to tiling A, not measured merged.
 pub fn merges_backward(tiling: Tiling, d: usize, dv: usize) -> bool {
-    let kind = FlashKind::Backward;
-    tiling.for_kernel(kind, d, dv) == tiling.for_kernel(FlashKind::BackwardDkDv, d, dv)
-        && tiling.registers(kind, d, dv) <= register_budget(kind)
+    tiling.for_kernel(FlashKind::Backward, d, dv) == tiling
 }
 
 /// Most bytes the whole backward's `dQ` partial sums take.
