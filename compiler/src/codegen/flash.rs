@@ -218,8 +218,8 @@ const DQ_PARTIAL_BYTES: u64 = 1 << 30;
 /// How many groups the whole backward ([`FlashKind::Backward`]) splits `key_blocks` key
 /// blocks into, one workgroup per group and batch entry, each with its own `dQ` partial sum of
 /// `dq_bytes`: as many as the partials' budget (1 GiB, and one binding) allows, up to one
-/// block each, then evened out so that every group walks the same number of blocks (the last
-/// perhaps one fewer).
+/// block each, then evened out so that every group walks the same number of blocks or one
+/// fewer.
 pub fn dq_groups(key_blocks: usize, dq_bytes: u64, max_binding: u64) -> usize {
     let room = DQ_PARTIAL_BYTES.min(max_binding) / dq_bytes.max(1);
     let most = (room as usize).clamp(1, key_blocks.max(1));

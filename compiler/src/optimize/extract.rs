@@ -55,6 +55,9 @@ pub struct Settings {
     /// larger one costs [`INFEASIBLE_NS`], so that extraction takes one that does not (a flash
     /// kernel instead of an `[S, S]` score matrix) wherever there is one.
     pub max_binding: u64,
+    /// Lowering keeps an attention's dQ and dK/dV kernels apart (`--flash-backward split`), so
+    /// the dQ kernel costs its own products, not the merged kernel's share.
+    pub split_flash_backward: bool,
 }
 
 impl Default for Settings {
@@ -63,6 +66,7 @@ impl Default for Settings {
             force_flash: false,
             forbid_flash: false,
             max_binding: u64::MAX,
+            split_flash_backward: false,
         }
     }
 }
@@ -88,7 +92,7 @@ pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
     let out = |g: &Graph| super::analysis::node_type(g, n).size_bytes() as f64;
     match &n.head {
         Head::Leaf(_) | Head::Root | Head::Proj(_) => 0.0,
-        Head::Flash(spec) => flash_cost(g, spec, &n.kids),
+        Head::Flash(spec) => flash_cost(g, spec, &n.kids, true),
         Head::Kernel(p) => kernel_cost(g, p, &n.kids, out(g)),
         Head::Epilogue(anchor, _, p) => {
             let split = n.anchor_operands();
@@ -143,7 +147,17 @@ pub const FLASH_FLOPS_PER_NS: f64 = 16000.0;
 
 /// A flash kernel: a launch, its operands and results once, and its products (those of the
 /// blocks its mask leaves live) at the flash rate.
-fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
+/// [`node_cost`] as lowering will build the node under `settings` (a dQ flash kernel that stays
+/// apart from its dK/dV kernel costs its own products).
+fn model_cost(g: &Graph, n: &ENode, settings: &Settings) -> f64 {
+    match &n.head {
+        Head::Flash(spec) if settings.split_flash_backward => flash_cost(g, spec, &n.kids, false),
+        _ => node_cost(g, n),
+    }
+}
+
+/// `merge`: lowering merges a dQ kernel into its dK/dV kernel where it can (the default).
+fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: bool) -> f64 {
     use crate::flash::FlashKind;
     let types: Vec<sinter_ir::TensorType> = kids.iter().map(|&k| g[k].data.ty.clone()).collect();
     let outs = spec.output_types(&types);
@@ -160,7 +174,8 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id]) -> f64 {
     // Where lowering makes the dQ kernel part of the dK/dV kernel (`merge-flash-backward`, on
     // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
     // and the partial sums written and added.
-    let merged = spec.kind == FlashKind::BackwardDq
+    let merged = merge
+        && spec.kind == FlashKind::BackwardDq
         && q.shape[..q.rank() - 1] == spec.score.domain[..r - 1]
         && crate::codegen::flash::merges_backward(
             crate::codegen::flash::Tiling::DEFAULT,
@@ -358,7 +373,7 @@ pub fn extract(
                 {
                     INFEASIBLE_NS
                 }
-                _ => node_cost(g, n),
+                _ => model_cost(g, n, &settings),
             };
             own.insert((c, i), cost);
             let is_prev = prev.is_some_and(|p| {
@@ -577,7 +592,7 @@ pub fn extract(
     }
     let cost = chosen
         .iter()
-        .map(|(&c, &i)| node_cost(g, &g[c].nodes[i]))
+        .map(|(&c, &i)| model_cost(g, &g[c].nodes[i], &settings))
         .sum();
     Choice {
         node: chosen

@@ -203,6 +203,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     let settings = extract::Settings {
         force_flash: config.attention == AttentionPolicy::Flash,
         forbid_flash: false,
+        split_flash_backward: !config.merge_flash_backward,
         max_binding: config.max_binding,
     };
     // Extraction's local search does not leave the flash kernels once they are in (their
