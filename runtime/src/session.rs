@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 use sinter_artifact::Init;
-use sinter_artifact::artifact::{Artifact, Role, TensorSlot};
+use sinter_artifact::artifact::{Artifact, Role, TensorSlot, WORD_BYTES};
 
 use crate::device::{AdapterChoice, Gpu, declared_limits};
 use crate::error::RuntimeError;
@@ -184,7 +184,7 @@ impl Session {
                         let arena =
                             buffer(&label, a.size_bytes, wgpu::BufferUsages::STORAGE | copy);
                         if poison {
-                            let words = (buffer_size(a.size_bytes) / 4) as usize;
+                            let words = (buffer_size(a.size_bytes) / WORD_BYTES) as usize;
                             let nan = f32::NAN.to_bits().to_le_bytes();
                             gpu.queue.write_buffer(&arena, 0, &nan.repeat(words));
                         }
