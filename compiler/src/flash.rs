@@ -83,6 +83,20 @@ impl FlashSpec {
         }
     }
 
+    /// Whether lowering makes this backward kernel and its partner (the dQ or dK/dV kernel of
+    /// the same attention) one kernel of the whole backward ([`FlashKind::Backward`]), given
+    /// the types of `q` and `v`: where `q` is not broadcast over the score space's batch (the
+    /// partial sums range over it) and [`crate::codegen::flash::merges_backward`] says it pays.
+    pub fn merges(&self, q: &TensorType, v: &TensorType) -> bool {
+        let r = self.score.domain.len();
+        q.shape[..q.rank() - 1] == self.score.domain[..r - 1]
+            && crate::codegen::flash::merges_backward(
+                crate::codegen::flash::Tiling::DEFAULT,
+                q.shape[q.rank() - 1],
+                v.shape[v.rank() - 1],
+            )
+    }
+
     /// The result types, from the input types.
     pub fn output_types(&self, inputs: &[TensorType]) -> Vec<TensorType> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);

@@ -1072,18 +1072,35 @@ impl Body {
         rows: &str,
         value: &dyn Fn(&str, usize) -> String,
     ) {
+        self.write_rows(1, out, acc, width, ("row0", rows), &|arena, at, x, a| {
+            format!("{arena}[{at}] = {};", value(x, a))
+        });
+    }
+
+    /// The statements `store(arena, address, element, a)` that write each element of the
+    /// accumulator `acc` (`width` columns) of rows `first + ty + TY·a` (a < RA of the current
+    /// tiling) to `out`; rows past `rows` and columns past `width` are not written.
+    fn write_rows(
+        &mut self,
+        indent: usize,
+        out: &Mat,
+        acc: &str,
+        width: usize,
+        (first, rows): (&str, &str),
+        store: &dyn Fn(&str, &str, &str, usize) -> String,
+    ) {
         let (txs, tys) = (self.t.threads_x, self.t.threads_y);
         let nq = self.t.nq(width);
         for a in 0..self.t.ra() {
             let mut t = format!(
-                "{{ let i = row0 + ty + {}u;\n  if (i < {rows}) {{\n",
+                "{{ let i = {first} + ty + {}u;\n  if (i < {rows}) {{\n",
                 tys * a
             );
             for q in 0..nq {
                 for (k, comp) in COMP.iter().enumerate() {
                     let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
-                    let v = value(&format!("{acc}[{}].{comp}", a * nq + q), a);
-                    let store = format!("{}[{}] = {v};", out.arena, out.at("i", &col));
+                    let x = format!("{acc}[{}].{comp}", a * nq + q);
+                    let store = store(&out.arena, &out.at("i", &col), &x, a);
                     if QUAD * (txs * q + txs - 1) + k < width {
                         writeln!(t, "    {store}").unwrap();
                     } else {
@@ -1092,7 +1109,7 @@ impl Body {
                 }
             }
             t.push_str("  }\n}");
-            self.line(1, &t);
+            self.line(indent, &t);
         }
     }
 
@@ -1571,35 +1588,16 @@ impl Body {
     /// it out) into the partial sum `dq`, or stores it there on the first walk step; zeros
     /// without `acc` (a dead block on the first step).
     fn add_dq(&mut self, dq: &Mat, acc: Option<&str>, width: usize) {
-        let share = self.dq_tiling();
-        let (txs, tys) = (share.threads_x, share.threads_y);
-        let nq = share.nq(width);
-        for a in 0..share.ra() {
-            let mut t = format!("{{ let i = col0 + ty + {}u;\n  if (i < SQ) {{\n", tys * a);
-            for q in 0..nq {
-                for (k, comp) in COMP.iter().enumerate() {
-                    let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
-                    let at = dq.at("i", &col);
-                    let arena = &dq.arena;
-                    let store = match acc {
-                        Some(acc) => {
-                            let v = format!("{acc}[{}].{comp}", a * nq + q);
-                            format!(
-                                "{{ let at = {at}; if (wk == 0u) {{ {arena}[at] = {v}; }} else {{ {arena}[at] = {arena}[at] + {v}; }} }}"
-                            )
-                        }
-                        None => format!("{arena}[{at}] = 0.0;"),
-                    };
-                    if QUAD * (txs * q + txs - 1) + k < width {
-                        writeln!(t, "    {store}").unwrap();
-                    } else {
-                        writeln!(t, "    if ({col} < {width}u) {{ {store} }}").unwrap();
-                    }
-                }
-            }
-            t.push_str("  }\n}");
-            self.line(2, &t);
-        }
+        let t = self.t;
+        self.t = self.dq_tiling();
+        let store = |arena: &str, at: &str, x: &str, _| match acc {
+            Some(_) => format!(
+                "{{ let at = {at}; if (wk == 0u) {{ {arena}[at] = {x}; }} else {{ {arena}[at] = {arena}[at] + {x}; }} }}"
+            ),
+            None => format!("{arena}[{at}] = 0.0;"),
+        };
+        self.write_rows(2, dq, acc.unwrap_or("dqa"), width, ("col0", "SQ"), &store);
+        self.t = t;
     }
 }
 

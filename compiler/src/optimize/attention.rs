@@ -645,20 +645,21 @@ fn dk_sites(g: &Graph, p: Id, d_o: Id) -> Vec<Id> {
 
 /// Makes each dQ kernel and dK/dV kernel of one attention (the same inputs and score
 /// functions) one kernel of the whole backward ([`FlashKind::Backward`]) where
-/// [`crate::codegen::flash::merges_backward`] says it pays and `q` is not broadcast over the
-/// score space's batch (the partial sums are over that batch); returns how many were merged.
+/// [`FlashSpec::merges`] says so; returns how many were merged.
 /// The merged kernel takes the earlier one's place: the two read the same values, so
 /// everything either's readers read is defined by then.
 pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
     use crate::kgraph::{KNode, KernelOp};
-    let spec_of = |n: &KNode| match &n.op {
-        KernelOp::Flash(s) => Some((**s).clone()),
-        _ => None,
-    };
+    fn spec_of(n: &KNode) -> Option<&FlashSpec> {
+        match &n.op {
+            KernelOp::Flash(s) => Some(s),
+            _ => None,
+        }
+    }
     let mut alive = vec![true; kg.nodes.len()];
     let mut merged = 0;
     for a in 0..kg.nodes.len() {
-        let Some(first) = spec_of(&kg.nodes[a]) else {
+        let Some(first) = spec_of(&kg.nodes[a]).cloned() else {
             continue;
         };
         let want = match first.kind {
@@ -667,17 +668,7 @@ pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
             _ => continue,
         };
         let (q, v) = (kg.ty(kg.nodes[a].inputs[0]), kg.ty(kg.nodes[a].inputs[2]));
-        let r = first.score.domain.len();
-        let mut unbroadcast = first.score.domain[..r - 1].to_vec();
-        unbroadcast.push(q.shape[q.rank() - 1]);
-        let (d, dv) = (q.shape[q.rank() - 1], v.shape[v.rank() - 1]);
-        if q.shape != unbroadcast
-            || !crate::codegen::flash::merges_backward(
-                crate::codegen::flash::Tiling::DEFAULT,
-                d,
-                dv,
-            )
-        {
+        if !first.merges(q, v) {
             continue;
         }
         let partner = (a + 1..kg.nodes.len()).find(|&b| {
@@ -711,16 +702,11 @@ pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
         sources.extend(second.sources);
         sources.sort();
         sources.dedup();
-        let mut rules = std::mem::take(&mut first_node.rules);
-        for rule in second
-            .rules
-            .into_iter()
-            .chain(["merge-flash-backward".to_string()])
-        {
-            if !rules.contains(&rule) {
-                rules.push(rule);
-            }
-        }
+        let rules = super::joined_rules(
+            std::mem::take(&mut first_node.rules),
+            &second.rules,
+            "merge-flash-backward",
+        );
         *first_node = KNode {
             op: KernelOp::Flash(Box::new(FlashSpec {
                 kind: FlashKind::Backward,

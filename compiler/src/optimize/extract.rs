@@ -174,14 +174,7 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
     // Where lowering makes the dQ kernel part of the dK/dV kernel (`merge-flash-backward`, on
     // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
     // and the partial sums written and added.
-    let merged = merge
-        && spec.kind == FlashKind::BackwardDq
-        && q.shape[..q.rank() - 1] == spec.score.domain[..r - 1]
-        && crate::codegen::flash::merges_backward(
-            crate::codegen::flash::Tiling::DEFAULT,
-            d as usize,
-            dv as usize,
-        );
+    let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v);
     let products = match spec.kind {
         FlashKind::Forward => d + dv,
         FlashKind::BackwardDq if merged => d,

@@ -988,16 +988,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
             outputs.extend(second.outputs.iter().copied());
             let mut sources = first.sources;
             sources.extend(second.sources.iter().cloned());
-            let mut rules: Vec<String> = first.rules;
-            for r in second
-                .rules
-                .iter()
-                .chain(std::iter::once(&rule.to_string()))
-            {
-                if !rules.contains(r) {
-                    rules.push(r.clone());
-                }
-            }
+            let rules = joined_rules(first.rules, &second.rules, rule);
             *second = KNode {
                 op: KernelOp::Fused(Box::new(m.program)),
                 inputs: m.operands,
@@ -1011,6 +1002,16 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
     }
     keep_alive(kg, &alive);
     merged
+}
+
+/// The rules of two merged kernels and of the merge, each once, in order.
+fn joined_rules(mut rules: Vec<String>, second: &[String], merge: &str) -> Vec<String> {
+    for r in second.iter().map(String::as_str).chain([merge]) {
+        if !rules.iter().any(|x| x == r) {
+            rules.push(r.to_string());
+        }
+    }
+    rules
 }
 
 /// Drops the nodes not `alive` and renumbers the values' defining nodes.
