@@ -131,16 +131,17 @@ fn matmul_split_k() {
     snapshot("matmul_split_k", &text);
 }
 
-/// The flash kernels of an attention's training step (causal, head dim 64): the forward, and
+/// The flash kernels of an attention's training step (causal, head dim 64, two blocks of 128
+/// queries and keys, so that the heaviest-first launch order shows): the forward, and
 /// the backward as one kernel (dQ through per-group partial sums) and as the dQ and dK/dV
 /// kernels it replaces (`--flash-backward split`, what wider heads get).
 #[test]
 fn flash_attention_training() {
     let src = "graph a {
-  input q: f32[1, 2, 100, 64]
-  input k: f32[1, 2, 100, 64]
-  input v: f32[1, 2, 100, 64]
-  input w: f32[1, 2, 100, 64]
+  input q: f32[1, 2, 200, 64]
+  input k: f32[1, 2, 200, 64]
+  input v: f32[1, 2, 200, 64]
+  input w: f32[1, 2, 200, 64]
   o = attention(q, k, v, causal=true)
   loss = sum(mul(o, w))
   dq, dk, dv = grad(loss, q, k, v)

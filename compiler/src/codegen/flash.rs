@@ -45,7 +45,7 @@ use sinter_ir::DType;
 
 use super::fused::{FusedKernel, emit_elementwise_fn};
 use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, decompose};
-use crate::flash::FlashKind;
+use crate::flash::{FlashKind, LaunchOrder, live_per_row_block};
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
@@ -465,11 +465,23 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     )
     .unwrap();
     let dims = e.params(&k.batch);
-    decompose(&mut s, "    ", "wid.y", "b", &dims);
+    // the launch order: blocks (or groups of key blocks) by the work each does
+    let by_keys = matches!(k.spec.kind, FlashKind::BackwardDkDv | FlashKind::Backward);
+    let order = LaunchOrder::of(&live_per_row_block(&k.spec.score, t.rows, by_keys));
+    let (bi, blk) = match order {
+        LaunchOrder::Blocks => ("wid.y", "wid.x"),
+        LaunchOrder::HeaviestFirst { .. } => ("wid.x", "wid.y"),
+    };
+    decompose(&mut s, "    ", bi, "b", &dims);
     let (sq, sk) = (e.param(k.sq), e.param(k.sk));
     writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
+    if order == (LaunchOrder::HeaviestFirst { reversed: true }) {
+        writeln!(s, "    let blk = {}u - {blk};", blocks - 1).unwrap();
+    } else {
+        writeln!(s, "    let blk = {blk};").unwrap();
+    }
     if k.spec.kind != FlashKind::Backward {
-        writeln!(s, "    let row0 = wid.x * {}u;", t.rows).unwrap();
+        writeln!(s, "    let row0 = blk * {}u;", t.rows).unwrap();
     }
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
@@ -511,7 +523,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
                 FlashKind::Backward => {
                     // the workgroup's own partial sum
                     let stride = e.param(k.dq_group_stride);
-                    cx.line(1, &format!("let dqp_base = out2_base + wid.x * {stride};"));
+                    cx.line(1, &format!("let dqp_base = out2_base + blk * {stride};"));
                     let dq = Mat {
                         base: "dqp".to_string(),
                         ..Mat::new(e, &k.outputs[2], nb)
@@ -532,7 +544,11 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     e.loop_trips(walk * trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
-    (s, [blocks as u32, batch as u32, 1], (quads * 16) as u32)
+    let grid = match order {
+        LaunchOrder::Blocks => [blocks as u32, batch as u32, 1],
+        LaunchOrder::HeaviestFirst { .. } => [batch as u32, blocks as u32, 1],
+    };
+    (s, grid, (quads * 16) as u32)
 }
 
 /// Column blocks a workgroup walks.
@@ -1448,7 +1464,7 @@ impl Body {
                 // groups' work under a causal mask, where later key blocks have fewer queries
                 self.line(
                     2,
-                    &format!("let kblk = select(wk * {groups} + wid.x, (wk + 1u) * {groups} - 1u - wid.x, (wk & 1u) == 1u);\nlet row0 = kblk * {br}u;"),
+                    &format!("let kblk = select(wk * {groups} + blk, (wk + 1u) * {groups} - 1u - blk, (wk & 1u) == 1u);\nlet row0 = kblk * {br}u;"),
                 );
                 // the first walk step stores every row of the partial sum, blocks or none
                 self.line(2, "if (kblk < KB || wk == 0u) {");

@@ -211,9 +211,11 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
     launch + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / balance
 }
 
-/// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` (in
-/// dispatch order: blocks fastest) keep busy when each starts on the SM that frees first.
+/// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` keep
+/// busy when each starts, in the kernel's launch order ([`crate::flash::LaunchOrder`]), on the
+/// SM that frees first.
 fn sm_balance(batch: usize, per_block: &[f64], sms: usize) -> f64 {
+    use crate::flash::LaunchOrder;
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     // integer work units (1/1024 of a full block) keep the heap's order total
@@ -225,12 +227,18 @@ fn sm_balance(batch: usize, per_block: &[f64], sms: usize) -> f64 {
     if total == 0 || sms == 0 {
         return 1.0;
     }
+    let order = LaunchOrder::of(per_block);
+    let launches: Vec<u64> = match order {
+        LaunchOrder::Blocks => (0..batch).flat_map(|_| units.iter().copied()).collect(),
+        LaunchOrder::HeaviestFirst { .. } => order
+            .blocks(units.len())
+            .flat_map(|b| std::iter::repeat_n(units[b], batch))
+            .collect(),
+    };
     let mut free: BinaryHeap<Reverse<u64>> = (0..sms).map(|_| Reverse(0)).collect();
-    for _ in 0..batch {
-        for &w in &units {
-            let Reverse(t) = free.pop().unwrap_or(Reverse(0));
-            free.push(Reverse(t + w));
-        }
+    for w in launches {
+        let Reverse(t) = free.pop().unwrap_or(Reverse(0));
+        free.push(Reverse(t + w));
     }
     let makespan = free.into_iter().map(|Reverse(t)| t).max().unwrap_or(0);
     total as f64 / (makespan.max(1) * sms as u64) as f64
@@ -751,5 +759,37 @@ fn apply_swap(
                 stack.push(kk);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sm_balance;
+
+    /// Blocks of rising work (causal query blocks) balance better started heaviest first,
+    /// which is the order [`sm_balance`] simulates for them; equal blocks balance whole waves.
+    #[test]
+    fn heaviest_first_evens_out_causal_blocks() {
+        let rising: Vec<f64> = (1..=16).map(|b| b as f64 / 16.0).collect();
+        let heavy_first = sm_balance(48, &rising, 132);
+        // the same works in dispatch order, lightest first: the order simulated by hand
+        let mut free = vec![0.0f64; 132];
+        for _ in 0..48 {
+            for &w in &rising {
+                let i = (0..free.len())
+                    .min_by(|&a, &b| free[a].total_cmp(&free[b]))
+                    .unwrap_or(0);
+                free[i] += w;
+            }
+        }
+        let total: f64 = rising.iter().sum::<f64>() * 48.0;
+        let in_order = total / (free.iter().copied().fold(0.0, f64::max) * 132.0);
+        assert!(heavy_first > 0.95, "{heavy_first}");
+        assert!(
+            heavy_first > in_order + 0.05,
+            "{heavy_first} against {in_order}"
+        );
+        assert_eq!(sm_balance(2, &[1.0; 66], 132), 1.0);
+        assert!((sm_balance(1, &[1.0; 133], 132) - 133.0 / 264.0).abs() < 1e-9);
     }
 }
