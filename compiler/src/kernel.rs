@@ -37,6 +37,9 @@ pub struct SplitSum {
     pub out: View,
     /// As [`Matmul::epilogue`]: operand 0 is the summed product.
     pub epilogue: Option<FusedKernel>,
+    /// The sum of the whole flash backward's `dQ` partial sums (one per group of key blocks),
+    /// not of a split-K matmul's chunks: named `flash_dq_sum` in inspection.
+    pub flash_dq: bool,
 }
 
 /// A flash attention kernel (see [`crate::flash`]).
@@ -175,6 +178,7 @@ impl KernelPlan {
             KernelPlan::Matmul(m) if m.epilogue.is_some() => "matmul_epilogue",
             KernelPlan::Matmul(_) => "matmul",
             KernelPlan::SplitSum(s) if s.epilogue.is_some() => "splitk_sum_epilogue",
+            KernelPlan::SplitSum(s) if s.flash_dq => "flash_dq_sum",
             KernelPlan::SplitSum(_) => "splitk_sum",
             KernelPlan::Conv2d(c) if c.epilogue.is_some() => "conv2d_epilogue",
             KernelPlan::Conv2d(_) => "conv2d",

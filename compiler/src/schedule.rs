@@ -590,6 +590,7 @@ impl Lowering<'_> {
                 partials,
                 out: dq,
                 epilogue: None,
+                flash_dq: true,
             });
         }
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
@@ -821,6 +822,7 @@ impl Lowering<'_> {
             partials,
             out,
             epilogue,
+            flash_dq: false,
         };
         self.push_node(KernelPlan::SplitSum(sum), node);
     }
