@@ -159,6 +159,13 @@ fn flash_attention_training() {
         let artifact = sinter_compiler::compile(&graph, &options)
             .expect("compiles")
             .artifact;
+        // the merged backward's dQ partial sums are added by a pass of their own name
+        let sums = artifact
+            .kernels
+            .iter()
+            .filter(|k| k.pattern == "flash_dq_sum")
+            .count();
+        assert_eq!(sums, usize::from(merge));
         for k in artifact.kernels.iter().filter(|k| {
             k.pattern.starts_with("flash_attention")
                 && (merge || k.pattern != "flash_attention_fwd")
