@@ -295,18 +295,29 @@ pub enum LaunchOrder {
     /// every block does the same work.
     Blocks,
     /// Every batch entry's block of the most work first (`x` the batch entry, `y` the block,
-    /// from the last when `reversed`): where a causal or window mask makes blocks differ, the
-    /// heaviest started last would be the tail that all the others wait for. Measured on the
-    /// H200 at S = 2048 causal: 4.97 → 4.32 ms forward + backward; not causal it cost 1–3%.
+    /// from the last when `reversed`): where a causal or window mask makes blocks differ and
+    /// the dispatch is a few waves, the heaviest started last would be the tail that all the
+    /// others wait for. Measured on the H200 at S = 2048 causal: 4.99 → 4.34 ms forward +
+    /// backward. With many waves the tail is short and the cache sharing of [`Blocks`] wins
+    /// (S = 8192 causal, 3072 forward workgroups: 66.7 → 68.1–69.8 ms), and blocks of equal
+    /// work lose by it (1–3%, and the whole backward's snake-paired groups at S = 4096).
+    ///
+    /// [`Blocks`]: LaunchOrder::Blocks
     HeaviestFirst { reversed: bool },
 }
 
+/// Most workgroups (16 waves of one per SM) a dispatch may have for
+/// [`LaunchOrder::HeaviestFirst`].
+const HEAVIEST_FIRST_WORKGROUPS: usize = 16 * crate::codegen::matmul::SMS;
+
 impl LaunchOrder {
-    /// The order for blocks of works `per_block` (by [`live_per_row_block`]): heaviest first
-    /// where they differ, from the end whose half holds more work.
-    pub fn of(per_block: &[f64]) -> LaunchOrder {
-        let first = per_block.first().copied().unwrap_or(0.0);
-        if per_block.iter().all(|&w| (w - first).abs() < 1e-9) {
+    /// The order for `batch` entries of blocks (or groups) of works `per_block` (by
+    /// [`live_per_row_block`], or [`group_works`]): heaviest first where they differ by more
+    /// than a tenth and the dispatch is a few waves, from the end whose half holds more work.
+    pub fn of(per_block: &[f64], batch: usize) -> LaunchOrder {
+        let most = per_block.iter().copied().fold(0.0, f64::max);
+        let least = per_block.iter().copied().fold(most, f64::min);
+        if most - least <= 0.1 * most || per_block.len() * batch > HEAVIEST_FIRST_WORKGROUPS {
             return LaunchOrder::Blocks;
         }
         let half = per_block.len() / 2;
@@ -325,6 +336,26 @@ impl LaunchOrder {
             _ => Box::new(0..n),
         }
     }
+}
+
+/// The work of each of the whole backward's `groups` groups of key blocks, from the blocks'
+/// works: the blocks each walks in the kernel's snake order (g, 2G − 1 − g, 2G + g, …).
+pub fn group_works(per_block: &[f64], groups: usize) -> Vec<f64> {
+    let walk = per_block.len().div_ceil(groups.max(1));
+    (0..groups)
+        .map(|g| {
+            (0..walk)
+                .map(|wk| {
+                    if wk % 2 == 0 {
+                        wk * groups + g
+                    } else {
+                        (wk + 1) * groups - 1 - g
+                    }
+                })
+                .filter_map(|b| per_block.get(b))
+                .sum()
+        })
+        .collect()
 }
 
 /// The columns of the strip of `height` rows from `r0` (queries, or keys when `by_keys`) that
@@ -495,19 +526,29 @@ mod tests {
         let queries = live_per_row_block(&p, 128, false);
         let keys = live_per_row_block(&p, 128, true);
         assert!(queries.windows(2).all(|w| w[0] < w[1]), "{queries:?}");
-        let order = LaunchOrder::of(&queries);
+        let order = LaunchOrder::of(&queries, 48);
         assert_eq!(order, LaunchOrder::HeaviestFirst { reversed: true });
         assert_eq!(
             order.blocks(8).collect::<Vec<_>>(),
             [7, 6, 5, 4, 3, 2, 1, 0]
         );
-        let order = LaunchOrder::of(&keys);
+        let order = LaunchOrder::of(&keys, 48);
         assert_eq!(order, LaunchOrder::HeaviestFirst { reversed: false });
         assert_eq!(order.blocks(3).collect::<Vec<_>>(), [0, 1, 2]);
         // no mask: a batch entry's blocks together
         let mut p = p;
         p.outputs[0].value = 0;
         let all = live_per_row_block(&p, 128, false);
-        assert_eq!(LaunchOrder::of(&all), LaunchOrder::Blocks);
+        assert_eq!(LaunchOrder::of(&all, 48), LaunchOrder::Blocks);
+        // many waves: the cache sharing of a batch entry's blocks wins
+        assert_eq!(LaunchOrder::of(&queries, 48 * 64), LaunchOrder::Blocks);
+        // the whole backward's groups: one block each differ; snake pairs do equal work
+        assert_eq!(group_works(&keys, 8), keys);
+        let pairs = group_works(&keys, 4);
+        assert!(
+            pairs.iter().all(|&w| (w - pairs[0]).abs() < 1e-9),
+            "{pairs:?}"
+        );
+        assert_eq!(LaunchOrder::of(&pairs, 48), LaunchOrder::Blocks);
     }
 }

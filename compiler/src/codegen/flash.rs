@@ -45,7 +45,7 @@ use sinter_ir::DType;
 
 use super::fused::{FusedKernel, emit_elementwise_fn};
 use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, decompose};
-use crate::flash::{FlashKind, LaunchOrder, live_per_row_block};
+use crate::flash::{FlashKind, LaunchOrder, group_works, live_per_row_block};
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
@@ -467,7 +467,11 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     let dims = e.params(&k.batch);
     // the launch order: blocks (or groups of key blocks) by the work each does
     let by_keys = matches!(k.spec.kind, FlashKind::BackwardDkDv | FlashKind::Backward);
-    let order = LaunchOrder::of(&live_per_row_block(&k.spec.score, t.rows, by_keys));
+    let per_block = live_per_row_block(&k.spec.score, t.rows, by_keys);
+    let order = match k.spec.kind {
+        FlashKind::Backward => LaunchOrder::of(&group_works(&per_block, blocks), batch),
+        _ => LaunchOrder::of(&per_block, batch),
+    };
     let (bi, blk) = match order {
         LaunchOrder::Blocks => ("wid.y", "wid.x"),
         LaunchOrder::HeaviestFirst { .. } => ("wid.x", "wid.y"),

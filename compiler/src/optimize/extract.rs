@@ -227,7 +227,7 @@ fn sm_balance(batch: usize, per_block: &[f64], sms: usize) -> f64 {
     if total == 0 || sms == 0 {
         return 1.0;
     }
-    let order = LaunchOrder::of(per_block);
+    let order = LaunchOrder::of(per_block, batch);
     let launches: Vec<u64> = match order {
         LaunchOrder::Blocks => (0..batch).flat_map(|_| units.iter().copied()).collect(),
         LaunchOrder::HeaviestFirst { .. } => order
