@@ -328,12 +328,19 @@ impl LaunchOrder {
         }
     }
 
-    /// The blocks' indices in launch order (each batch entry's, or every batch entry's in turn
-    /// for [`LaunchOrder::HeaviestFirst`]).
-    pub fn blocks(self, n: usize) -> Box<dyn Iterator<Item = usize>> {
+    /// Whether the batch entry is the dispatch's fastest axis (`x`).
+    pub fn batch_fastest(self) -> bool {
+        matches!(self, LaunchOrder::HeaviestFirst { .. })
+    }
+
+    /// The block of each workgroup, in launch order, over `batch` entries of `n` blocks.
+    pub fn launches(self, n: usize, batch: usize) -> Vec<usize> {
         match self {
-            LaunchOrder::HeaviestFirst { reversed: true } => Box::new((0..n).rev()),
-            _ => Box::new(0..n),
+            LaunchOrder::Blocks => (0..batch).flat_map(|_| 0..n).collect(),
+            LaunchOrder::HeaviestFirst { reversed } => (0..n)
+                .map(|i| if reversed { n - 1 - i } else { i })
+                .flat_map(|b| std::iter::repeat_n(b, batch))
+                .collect(),
         }
     }
 }
@@ -528,18 +535,17 @@ mod tests {
         assert!(queries.windows(2).all(|w| w[0] < w[1]), "{queries:?}");
         let order = LaunchOrder::of(&queries, 48);
         assert_eq!(order, LaunchOrder::HeaviestFirst { reversed: true });
-        assert_eq!(
-            order.blocks(8).collect::<Vec<_>>(),
-            [7, 6, 5, 4, 3, 2, 1, 0]
-        );
+        assert_eq!(order.launches(8, 1), [7, 6, 5, 4, 3, 2, 1, 0]);
+        assert_eq!(order.launches(2, 2), [1, 1, 0, 0]);
         let order = LaunchOrder::of(&keys, 48);
         assert_eq!(order, LaunchOrder::HeaviestFirst { reversed: false });
-        assert_eq!(order.blocks(3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(order.launches(3, 1), [0, 1, 2]);
         // no mask: a batch entry's blocks together
         let mut p = p;
         p.outputs[0].value = 0;
         let all = live_per_row_block(&p, 128, false);
         assert_eq!(LaunchOrder::of(&all, 48), LaunchOrder::Blocks);
+        assert_eq!(LaunchOrder::Blocks.launches(2, 2), [0, 1, 0, 1]);
         // many waves: the cache sharing of a batch entry's blocks wins
         assert_eq!(LaunchOrder::of(&queries, 48 * 64), LaunchOrder::Blocks);
         // the whole backward's groups: one block each differ; snake pairs do equal work

@@ -472,9 +472,10 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
         FlashKind::Backward => LaunchOrder::of(&group_works(&per_block, blocks), batch),
         _ => LaunchOrder::of(&per_block, batch),
     };
-    let (bi, blk) = match order {
-        LaunchOrder::Blocks => ("wid.y", "wid.x"),
-        LaunchOrder::HeaviestFirst { .. } => ("wid.x", "wid.y"),
+    let (bi, blk) = if order.batch_fastest() {
+        ("wid.x", "wid.y")
+    } else {
+        ("wid.y", "wid.x")
     };
     decompose(&mut s, "    ", bi, "b", &dims);
     let (sq, sk) = (e.param(k.sq), e.param(k.sk));
@@ -548,9 +549,10 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     e.loop_trips(walk * trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
-    let grid = match order {
-        LaunchOrder::Blocks => [blocks as u32, batch as u32, 1],
-        LaunchOrder::HeaviestFirst { .. } => [batch as u32, blocks as u32, 1],
+    let grid = if order.batch_fastest() {
+        [batch as u32, blocks as u32, 1]
+    } else {
+        [blocks as u32, batch as u32, 1]
     };
     (s, grid, (quads * 16) as u32)
 }

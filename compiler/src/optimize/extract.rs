@@ -228,17 +228,10 @@ fn sm_balance(batch: usize, per_block: &[f64], sms: usize) -> f64 {
         return 1.0;
     }
     let order = LaunchOrder::of(per_block, batch);
-    let launches: Vec<u64> = match order {
-        LaunchOrder::Blocks => (0..batch).flat_map(|_| units.iter().copied()).collect(),
-        LaunchOrder::HeaviestFirst { .. } => order
-            .blocks(units.len())
-            .flat_map(|b| std::iter::repeat_n(units[b], batch))
-            .collect(),
-    };
     let mut free: BinaryHeap<Reverse<u64>> = (0..sms).map(|_| Reverse(0)).collect();
-    for w in launches {
+    for b in order.launches(units.len(), batch) {
         let Reverse(t) = free.pop().unwrap_or(Reverse(0));
-        free.push(Reverse(t + w));
+        free.push(Reverse(t + units[b]));
     }
     let makespan = free.into_iter().map(|Reverse(t)| t).max().unwrap_or(0);
     total as f64 / (makespan.max(1) * sms as u64) as f64
