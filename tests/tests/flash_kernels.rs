@@ -268,6 +268,11 @@ fn cases() -> Vec<Case> {
         // the widest head, and head widths that end inside a staged quad and a stage
         c(vec![1, 1], 20, 20, 256, 256, Mask::Causal, false),
         c(vec![1, 1], 70, 23, 200, 136, Mask::None, false),
+        // whole blocks whose masks are uniform (below the diagonal, inside the band), which
+        // take the score functions at the block's corner, beside blocks that do not
+        c(vec![1, 2], 300, 300, 32, 32, Mask::Causal, false),
+        c(vec![1, 1], 400, 390, 16, 16, Mask::Window(200), false),
+        c(vec![2, 1], 260, 200, 16, 24, Mask::None, false),
     ]
 }
 
