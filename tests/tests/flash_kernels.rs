@@ -128,6 +128,16 @@ struct Case {
     shared_kv: bool,
 }
 
+/// NaN and ±inf written into `q` and `k` (each `(row, column, value)` of batch entry 0), so
+/// that some rows' scores hold a NaN or an infinity.
+const SPECIAL: [(&str, usize, usize, f64); 5] = [
+    ("q", 5, 0, f64::NAN),
+    ("q", 150, 1, f64::INFINITY),
+    ("q", 200, 3, f64::NEG_INFINITY),
+    ("k", 250, 2, f64::NAN),
+    ("k", 90, 0, f64::INFINITY),
+];
+
 fn value(kg: &mut KernelGraph, name: &str, ty: TensorType) -> ValueId {
     kg.values.push(KValue {
         name: name.to_string(),
@@ -154,6 +164,18 @@ fn check_on(
     kind: FlashKind,
     options: &sinter_compiler::Options,
     choice: &AdapterChoice,
+) {
+    check_special(case, kind, options, choice, &[]);
+}
+
+/// [`check_on`] with the `special` values (see [`SPECIAL`]) written into the inputs, those
+/// whose row lies within their tensor.
+fn check_special(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+    special: &[(&str, usize, usize, f64)],
 ) {
     let scale = 1.0 / (case.d as f32).sqrt();
     let f = |rows: usize, cols: usize, shared: bool| {
@@ -218,6 +240,13 @@ fn check_on(
                 // a plausible log-sum-exp: large enough that exp(s - L) stays below 1
                 for x in t.data.iter_mut() {
                     *x = x.abs() + 2.0;
+                }
+            }
+            let cols = v.ty.shape[v.ty.shape.len() - 1];
+            let rows = v.ty.shape[v.ty.shape.len() - 2];
+            for &(name, row, col, x) in special {
+                if name == v.name && row < rows && col < cols {
+                    t.data[row * cols + col] = x;
                 }
             }
             feed.insert(v.name.clone(), t);
@@ -301,6 +330,60 @@ fn backward_dkdv() {
 fn backward_whole() {
     for case in cases() {
         check(&case, FlashKind::Backward);
+    }
+}
+
+/// NaN and ±inf in `q` and `k` come out of every kernel as in the semantics: a score row
+/// with a NaN gives NaN (the row's maximum, its sum, its outputs), an infinite score makes its
+/// row's probabilities NaN or zero; in blocks that take the fast score path and in blocks that
+/// do not.
+///
+/// The kernels skip the blocks that a mask hides whole, as FlashAttention does, and the
+/// semantics' products do not: there a NaN key that a query never sees still reaches that
+/// query's `dQ` through `0 · NaN`. So the backward kernels meet the semantics on special
+/// values only where no block is skipped (no mask), or where the special values lie where
+/// every query sees them (the first key, the last query).
+#[test]
+fn special_values() {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let options = sinter_compiler::Options::default();
+    let c = |sq, sk, d, mask| Case {
+        batch: vec![1, 2],
+        sq,
+        sk,
+        d,
+        dv: d,
+        mask,
+        shared_kv: false,
+    };
+    let backward = [
+        FlashKind::BackwardDq,
+        FlashKind::BackwardDkDv,
+        FlashKind::Backward,
+    ];
+    for case in [
+        c(300, 300, 16, Mask::Causal),
+        c(260, 280, 16, Mask::None),
+        c(300, 270, 8, Mask::Window(100)),
+    ] {
+        check_special(&case, FlashKind::Forward, &options, &choice, &SPECIAL);
+    }
+    for kind in backward {
+        check_special(
+            &c(260, 280, 16, Mask::None),
+            kind,
+            &options,
+            &choice,
+            &SPECIAL,
+        );
+        let seen_by_all = [
+            ("q", 299, 0, f64::NAN),
+            ("q", 299, 1, f64::INFINITY),
+            ("k", 0, 2, f64::NAN),
+            ("k", 0, 3, f64::NEG_INFINITY),
+        ];
+        let causal = c(300, 300, 16, Mask::Causal);
+        check_special(&causal, kind, &options, &choice, &seen_by_all);
     }
 }
 

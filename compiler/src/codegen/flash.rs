@@ -27,7 +27,13 @@
 //!
 //! **Softmax.** The forward's row maxima combine the `TX` threads of a row through workgroup
 //! memory once per block; the row sums stay per thread (each rescaled by the row's common
-//! factor) and combine once at the end.
+//! factor) and combine once at the end. The maxima take WGSL's `max`, not the NaN-propagating
+//! `max_nan`: a NaN score makes its row NaN through `exp(NaN − m)` whatever `m` is.
+//!
+//! **Special values.** A skipped block is skipped whole: a NaN or infinity in a key, value or
+//! query that the mask hides from a whole block does not reach that block's rows through the
+//! `0 · NaN` of the masked products, as it does in the unfused graph (and in every
+//! FlashAttention). Within live blocks the products are the semantics' own.
 //!
 //! **Masks.** The score function is the graph's own program, called per element; a column
 //! block is skipped, in uniform control flow, when an interval evaluation of that program over
@@ -324,13 +330,13 @@ fn sum(items: &[String]) -> String {
     format!("{} + {}", side(l), side(r))
 }
 
-/// The `max_nan` of `items` as a balanced tree.
+/// The `max` of `items` as a balanced tree.
 fn max_all(items: &[String]) -> String {
     if items.len() == 1 {
         return items[0].clone();
     }
     let (l, r) = items.split_at(items.len().div_ceil(2));
-    format!("max_nan({}, {})", max_all(l), max_all(r))
+    format!("max({}, {})", max_all(l), max_all(r))
 }
 
 /// A per-row value of a thread's `ra` rows, every entry `init`.
@@ -1264,13 +1270,17 @@ impl Body {
         }
         let (i1, j1) = (format!("row0 + {}u", br - 1), format!("col0 + {}u", bc - 1));
         self.scores(("row0", &i1), ("col0", &j1), &fast, &general);
-        // this thread's row maxima to the row statistics
+        // this thread's row maxima to the row statistics. WGSL's `max` need not return a NaN
+        // operand (nor, through SPIR-V's `FMax`, anything defined), and need not: a NaN score
+        // makes its probability `exp(NaN - m)` NaN whatever the maximum `m`, so the row's sum,
+        // outputs and log-sum-exp are NaN as the semantics say; a row without NaN gets its
+        // maximum exactly. `max_nan` here cost ~6 instructions a pair, 150 pairs a block.
         for a in 0..ra {
             let mut t = String::new();
             let maxima: Vec<String> = (0..cg)
                 .map(|g| {
                     let x = format!("x[{}]", a * cg + g);
-                    format!("max_nan(max_nan({x}.x, {x}.y), max_nan({x}.z, {x}.w))")
+                    format!("max(max({x}.x, {x}.y), max({x}.z, {x}.w))")
                 })
                 .collect();
             write!(t, "{} = {};", self.red(a, None), max_all(&maxima)).unwrap();
@@ -1284,7 +1294,7 @@ impl Body {
             for k4 in 0..txs / QUAD {
                 writeln!(
                     t,
-                    "  {{ let r = {}; mb = max_nan(max_nan(mb, max_nan(r.x, r.y)), max_nan(r.z, r.w)); }}",
+                    "  {{ let r = {}; mb = max(max(mb, max(r.x, r.y)), max(r.z, r.w)); }}",
                     self.red(a, Some(k4))
                 )
                 .unwrap();
