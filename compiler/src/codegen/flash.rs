@@ -1763,8 +1763,11 @@ fn boundaries(p: &Program) -> Vec<(usize, bool)> {
 /// ([`Verdict::Fixed`]; `None` when no coordinate reaches the score, which then is always
 /// fixed): the interval evaluation of `p` over a tile.
 fn interval_fn(p: &Program, nb: usize, name: &str, verdict: Verdict) -> Option<String> {
-    let bounds = boundaries(p);
-    if verdict == Verdict::Fixed && bounds.is_empty() {
+    let watched = match verdict {
+        Verdict::Dead => Vec::new(),
+        Verdict::Fixed => boundaries(p),
+    };
+    if verdict == Verdict::Fixed && watched.is_empty() {
         return None;
     }
     let mut s = String::new();
@@ -1784,7 +1787,7 @@ fn interval_fn(p: &Program, nb: usize, name: &str, verdict: Verdict) -> Option<S
     // the verdict reads the result, or the boundaries, which no later instruction feeds
     let needed = match verdict {
         Verdict::Dead => p.insts.len(),
-        Verdict::Fixed => bounds.iter().map(|&(b, _)| b + 1).max().unwrap_or(0),
+        Verdict::Fixed => watched.iter().map(|&(b, _)| b + 1).max().unwrap_or(0),
     };
     for (i, inst) in p.insts.iter().enumerate().take(needed) {
         let bounds: Option<(String, String)> = if dtypes[i] == DType::I32 {
@@ -1888,7 +1891,7 @@ fn interval_fn(p: &Program, nb: usize, name: &str, verdict: Verdict) -> Option<S
     }
     let verdict = match verdict {
         Verdict::Dead => format!("hi{} == NEG", p.outputs[0].value),
-        Verdict::Fixed => bounds
+        Verdict::Fixed => watched
             .iter()
             .map(|&(b, exact)| {
                 if exact {
