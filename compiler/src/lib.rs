@@ -107,6 +107,13 @@ pub struct Options {
     /// that pays (see [`flash::FlashKind::Backward`]); `sinter compile --flash-backward split`
     /// keeps the two.
     pub merge_flash_backward: bool,
+    /// Run the flash-attention forward's products on tensor cores where its shape allows
+    /// (`sinter compile --tensor-cores`; see [`codegen::flash`], "Tensor cores"): cooperative
+    /// matrices of `f16` operands with `f32` accumulation. Opt-in, like PyTorch's
+    /// `set_float32_matmul_precision("medium")`: the products' operands keep 11 significant
+    /// bits, and the artifact runs only on adapters with wgpu's experimental cooperative
+    /// matrices (native Vulkan; neither Mesa's software Vulkan nor browsers).
+    pub tensor_cores: bool,
 }
 
 impl Default for Options {
@@ -122,6 +129,7 @@ impl Default for Options {
             quad_aliases: true,
             flash_tile: codegen::flash::Tiling::DEFAULT,
             merge_flash_backward: true,
+            tensor_cores: false,
         }
     }
 }
@@ -317,24 +325,26 @@ fn loop_warnings(artifact: &Artifact) -> Vec<String> {
 }
 
 /// Validates every kernel's WGSL (and its subgroup form) with naga, on all cores: the first
-/// invalid module in kernel order is the error.
-fn validate_all(kernels: &[Kernel]) -> Result<(), CompileError> {
-    let check = |k: &Kernel| -> Result<(), CompileError> {
-        codegen::validate(&k.name, &k.wgsl, false)?;
+/// invalid module in kernel order is the error. `cooperative[i]`: kernel `i` runs on tensor
+/// cores.
+fn validate_all(kernels: &[Kernel], cooperative: &[bool]) -> Result<(), CompileError> {
+    let check = |(k, &coop): (&Kernel, &bool)| -> Result<(), CompileError> {
+        codegen::validate(&k.name, &k.wgsl, false, coop)?;
         match &k.subgroup_wgsl {
-            Some(wgsl) => codegen::validate(&k.name, wgsl, true),
+            Some(wgsl) => codegen::validate(&k.name, wgsl, true, coop),
             None => Ok(()),
         }
     };
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     if threads < 2 || kernels.len() < 2 {
-        return kernels.iter().try_for_each(check);
+        return kernels.iter().zip(cooperative).try_for_each(check);
     }
     let per = kernels.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let parts: Vec<_> = kernels
             .chunks(per)
-            .map(|part| scope.spawn(move || part.iter().try_for_each(check)))
+            .zip(cooperative.chunks(per))
+            .map(|(part, coop)| scope.spawn(move || part.iter().zip(coop).try_for_each(check)))
             .collect();
         parts.into_iter().try_for_each(|h| match h.join() {
             Ok(result) => result,
@@ -375,6 +385,8 @@ fn pack(
     // The ops each kernel covers, as a set beside the ordered list, so that a kernel shared by
     // many dispatches is not scanned per dispatch.
     let mut ops_seen: Vec<HashSet<String>> = Vec::new();
+    // per kernel: whether it runs on tensor cores (validated with those capabilities)
+    let mut cooperative: Vec<bool> = Vec::new();
     let mut dispatches = Vec::new();
     let mut req = Requirements {
         max_compute_invocations_per_workgroup: codegen::WORKGROUP,
@@ -382,7 +394,18 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(&step.plan, mem, options.quad_aliases, flash_tile)?;
+        let src = codegen::emit(
+            &step.plan,
+            mem,
+            options.quad_aliases,
+            flash_tile,
+            options.tensor_cores,
+        )?;
+        for f in src.features {
+            if !req.features.iter().any(|have| have == f) {
+                req.features.push(f.to_string());
+            }
+        }
         let index = match by_text.get(&src.wgsl) {
             Some(&i) => {
                 let k = &mut kernels[i as usize];
@@ -417,6 +440,7 @@ fn pack(
                 });
                 by_text.insert(src.wgsl.clone(), i);
                 ops_seen.push(step.ops.iter().cloned().collect());
+                cooperative.push(!src.features.is_empty());
                 i
             }
         };
@@ -441,7 +465,7 @@ fn pack(
             address_words: src.address_words,
         });
     }
-    validate_all(&kernels)?;
+    validate_all(&kernels, &cooperative)?;
     let arena_size = |bytes: u64| bytes.max(4);
     let largest = mem
         .arenas

@@ -328,6 +328,9 @@ impl Gpu {
             }
             features |= flag;
         }
+        if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            cooperative_support(&adapter, &name)?;
+        }
         let timestamps = timestamp_support(choice.profiling, adapter.features());
         features |= timestamps.features();
         // In a browser the subgroup forms would need `enable subgroups;` and the `subgroup_id`
@@ -462,6 +465,41 @@ fn error_text(e: &wgpu::Error) -> String {
         Some((_, cause)) => cause.trim().to_string(),
         None => full.trim().to_string(),
     }
+}
+
+/// Refuses an adapter that has cooperative matrices but not those the compiler's tensor-core
+/// kernels are written for: 16 × 16 × 16 products of `f16` operands accumulated in `f32`, and
+/// subgroups of exactly 32 invocations (each takes every eighth tile of a 256-invocation
+/// workgroup).
+#[cfg(not(target_arch = "wasm32"))]
+fn cooperative_support(adapter: &wgpu::Adapter, name: &str) -> Result<(), RuntimeError> {
+    use sinter_artifact::artifact::COOPERATIVE_SUBGROUP_SIZE as COOPERATIVE_SUBGROUP;
+    use wgpu::CooperativeScalarType as T;
+    let info = adapter.get_info();
+    let sixteen = adapter.cooperative_matrix_properties().iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == T::F16 && p.cr_type == T::F32
+    });
+    let subgroups = (info.subgroup_min_size, info.subgroup_max_size);
+    if !sixteen || subgroups != (COOPERATIVE_SUBGROUP, COOPERATIVE_SUBGROUP) {
+        return Err(RuntimeError::MissingFeature {
+            feature: format!(
+                "EXPERIMENTAL_COOPERATIVE_MATRIX with 16x16x16 f16 -> f32 products and \
+                 subgroups of {COOPERATIVE_SUBGROUP} (the adapter: those products {}, subgroups \
+                 of {} to {})",
+                if sixteen { "offered" } else { "not offered" },
+                subgroups.0,
+                subgroups.1
+            ),
+            adapter: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Browsers have no cooperative matrices: `request` refuses the feature before this.
+#[cfg(target_arch = "wasm32")]
+fn cooperative_support(_: &wgpu::Adapter, _: &str) -> Result<(), RuntimeError> {
+    Ok(())
 }
 
 #[cfg(test)]

@@ -128,6 +128,28 @@ struct Case {
     shared_kv: bool,
 }
 
+impl Case {
+    fn new(
+        batch: Vec<usize>,
+        sq: usize,
+        sk: usize,
+        d: usize,
+        dv: usize,
+        mask: Mask,
+        shared_kv: bool,
+    ) -> Case {
+        Case {
+            batch,
+            sq,
+            sk,
+            d,
+            dv,
+            mask,
+            shared_kv,
+        }
+    }
+}
+
 /// NaN and ±inf written into `q` and `k` (each `(row, column, value)` of batch entry 0), so
 /// that some rows' scores hold a NaN or an infinity.
 const SPECIAL: [(&str, usize, usize, f64); 5] = [
@@ -168,15 +190,8 @@ fn check_on(
     check_special(case, kind, options, choice, &[]);
 }
 
-/// [`check_on`] with the `special` values (see [`SPECIAL`]) written into the inputs, those
-/// whose row lies within their tensor.
-fn check_special(
-    case: &Case,
-    kind: FlashKind,
-    options: &sinter_compiler::Options,
-    choice: &AdapterChoice,
-    special: &[(&str, usize, usize, f64)],
-) {
+/// The kernel graph of the case's flash kernel of `kind`, one node, built directly.
+fn flash_graph(case: &Case, kind: FlashKind) -> KernelGraph {
     let scale = 1.0 / (case.d as f32).sqrt();
     let f = |rows: usize, cols: usize, shared: bool| {
         let mut s = case.batch.clone();
@@ -231,6 +246,19 @@ fn check_special(
         .map(|&o| (kg.name_of(o).to_string(), o))
         .collect();
 
+    kg
+}
+
+/// [`check_on`] with the `special` values (see [`SPECIAL`]) written into the inputs, those
+/// whose row lies within their tensor.
+fn check_special(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+    special: &[(&str, usize, usize, f64)],
+) {
+    let kg = flash_graph(case, kind);
     let mut rng = Rng::new(case.sq as u64 * 31 + case.d as u64);
     let mut feed: HashMap<String, Tensor> = HashMap::new();
     for v in &kg.values {
@@ -257,11 +285,16 @@ fn check_special(
         .unwrap_or_else(|e| panic!("compile: {e}"));
     let mut session = Session::load_with(artifact, choice).unwrap_or_else(|e| panic!("load: {e}"));
     let got = run_session(&mut session, &feed);
+    // products of f16 operands (11 significant bits) on tensor cores, else f32 throughout
+    let tolerance = if options.tensor_cores { 4e-3 } else { 1e-4 };
     for (name, w) in &want.outputs {
         let a = &got[name];
         let err = relative_error(&a.data, &w.data);
+        if options.tensor_cores {
+            eprintln!("  tensor cores: `{name}` within {err:.2e}");
+        }
         assert!(
-            err < 1e-4,
+            err < tolerance,
             "{kind:?} {:?} {}x{} d={} dv={} batch {:?} tiling {:?}: `{name}` differs by {err:e}\n got  {:?}\n want {:?}",
             case.mask,
             case.sq,
@@ -277,15 +310,7 @@ fn check_special(
 }
 
 fn cases() -> Vec<Case> {
-    let c = |batch: Vec<usize>, sq, sk, d, dv, mask, shared_kv| Case {
-        batch,
-        sq,
-        sk,
-        d,
-        dv,
-        mask,
-        shared_kv,
-    };
+    let c = Case::new;
     vec![
         c(vec![1, 2], 17, 17, 16, 16, Mask::None, false),
         c(vec![2, 1], 100, 100, 64, 64, Mask::Causal, false),
@@ -330,6 +355,60 @@ fn backward_dkdv() {
 fn backward_whole() {
     for case in cases() {
         check(&case, FlashKind::Backward);
+    }
+}
+
+/// The forward on tensor cores (`Options::tensor_cores`: f16 operands, f32 accumulation)
+/// against the semantics, within what f16 operands allow, on an adapter with cooperative
+/// matrices: every mask, ragged lengths, grouped heads, the uniform-mask fast path, and a head
+/// dimension the tensor-core form does not take (128, the plain kernel). Where the adapter has
+/// none (Mesa's software Vulkan, so CI), the artifact still compiles and validates, and
+/// loading refuses it by the feature's name.
+#[test]
+fn tensor_cores() {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let options = sinter_compiler::Options {
+        tensor_cores: true,
+        ..Default::default()
+    };
+    let c = Case::new;
+    let cases = [
+        c(vec![1, 2], 17, 17, 16, 32, Mask::None, false),
+        c(vec![2, 1], 100, 100, 64, 64, Mask::Causal, false),
+        c(vec![1, 2], 129, 129, 32, 32, Mask::Window(20), false),
+        c(vec![1, 1], 1, 1, 16, 32, Mask::Causal, false),
+        c(vec![1, 2], 33, 70, 64, 64, Mask::Additive, false),
+        c(vec![1, 3], 40, 40, 16, 32, Mask::Causal, true),
+        c(vec![1, 2], 300, 300, 64, 64, Mask::Causal, false),
+        c(vec![2, 1], 260, 200, 48, 64, Mask::None, false),
+        c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
+    ];
+    let probe = sinter_compiler::compile_kernel_graph(
+        &flash_graph(&cases[0], FlashKind::Forward),
+        &options,
+    )
+    .unwrap_or_else(|e| panic!("compile: {e}"));
+    assert!(
+        probe
+            .requirements
+            .features
+            .iter()
+            .any(|f| f == "EXPERIMENTAL_COOPERATIVE_MATRIX"),
+        "{:?}",
+        probe.requirements
+    );
+    if let Err(e) = Session::load_with(probe, &choice) {
+        let e = e.to_string();
+        assert!(e.contains("EXPERIMENTAL_COOPERATIVE_MATRIX"), "{e}");
+        eprintln!("no tensor cores here, the artifact is refused: {e}");
+        return;
+    }
+    for case in &cases {
+        eprintln!(
+            "tensor cores: {:?} {}x{} d={} dv={}",
+            case.mask, case.sq, case.sk, case.d, case.dv
+        );
+        check_special(case, FlashKind::Forward, &options, &choice, &[]);
     }
 }
 

@@ -175,3 +175,31 @@ fn flash_attention_training() {
     }
     snapshot("flash_attention_training", &text);
 }
+
+/// The flash forward on tensor cores (`--tensor-cores`): a causal attention's forward at head
+/// dim 64 over two blocks of 64 queries, its products as cooperative matrices.
+#[test]
+fn flash_attention_forward_tensor_cores() {
+    let src = "graph attention_forward {
+  input q: f32[1, 2, 128, 64]
+  input k: f32[1, 2, 128, 64]
+  input v: f32[1, 2, 128, 64]
+  o = attention(q, k, v, causal=true)
+  output o
+}
+";
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
+    let options = sinter_compiler::Options {
+        attention: sinter_compiler::optimize::AttentionPolicy::Flash,
+        tensor_cores: true,
+        ..Default::default()
+    };
+    let artifact = sinter_compiler::compile(&graph, &options)
+        .expect("compiles")
+        .artifact;
+    let mut text = format!("requires {}\n", artifact.requirements.features.join(", "));
+    for k in &artifact.kernels {
+        writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+    }
+    snapshot("flash_attention_forward_tensor_cores", &text);
+}

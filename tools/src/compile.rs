@@ -49,6 +49,11 @@ pub struct Args {
     /// per-group partial sums) or as separate dQ and dK/dV kernels (`split`).
     #[arg(long, value_enum, default_value_t = FlashBackward::Whole)]
     flash_backward: FlashBackward,
+    /// Run the flash-attention forward's products on tensor cores (cooperative matrices of f16
+    /// operands, f32 accumulation) where its head dimensions allow: faster, 11-bit operands,
+    /// and the artifact runs only where wgpu offers cooperative matrices (native Vulkan).
+    #[arg(long)]
+    tensor_cores: bool,
     /// Write the kernel graph before and after optimization as Graphviz files
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
@@ -78,6 +83,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         dot: args.dot.is_some(),
         attention: args.attention.into(),
         merge_flash_backward: args.flash_backward.merge(),
+        tensor_cores: args.tensor_cores,
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

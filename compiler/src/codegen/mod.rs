@@ -29,6 +29,9 @@ use crate::kernel::KernelPlan;
 use crate::layout::BufferId;
 use crate::memory::MemoryPlan;
 
+/// Param words per `vec4<u32>` of the param block (`p(i)` reads `params.w[i / 4u][i % 4u]`).
+const PARAM_WORDS_PER_VEC: usize = 4;
+
 /// Threads per workgroup of every kernel (wgpu's default limit).
 pub const WORKGROUP: u32 = 256;
 /// Largest workgroup count per dispatch dimension (wgpu's default limit).
@@ -52,7 +55,14 @@ pub struct KernelSource {
     pub address_words: Vec<[u32; 2]>,
     /// See [`Emitter::indices_in_range`].
     pub indices_in_range: bool,
+    /// The wgpu features the kernel needs (see [`Emitter::cooperative_matrices`]).
+    pub features: &'static [&'static str],
 }
+
+/// The wgpu features of a kernel on tensor cores: cooperative matrices of `f16` and the
+/// subgroup builtins that divide the tiles among the workgroup's subgroups.
+pub const COOPERATIVE_FEATURES: &[&str] =
+    &["EXPERIMENTAL_COOPERATIVE_MATRIX", "SHADER_F16", "SUBGROUP"];
 
 /// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
 /// LLVM back end keeps one counter per invocation, decremented at every back-edge of every loop,
@@ -62,13 +72,14 @@ pub struct KernelSource {
 /// the runtime refuses to run it on lavapipe rather than return a short result.
 pub const LOOP_BUDGET: u64 = 65535;
 
-/// Writes the WGSL of one kernel; `quad_aliases` as in [`crate::Options::quad_aliases`],
-/// `flash_tile` as in [`crate::Options::flash_tile`].
+/// Writes the WGSL of one kernel; `quad_aliases`, `flash_tile` and `tensor_cores` as in
+/// [`crate::Options`].
 pub fn emit(
     plan: &KernelPlan,
     mem: &MemoryPlan,
     quad_aliases: bool,
     flash_tile: flash::Tiling,
+    tensor_cores: bool,
 ) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
@@ -82,6 +93,7 @@ pub fn emit(
         quads: Vec::new(),
         subgroup_body: None,
         indices_in_range: false,
+        cooperative: false,
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -95,7 +107,7 @@ pub fn emit(
         KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
-        KernelPlan::Flash(k) => flash::emit(&mut e, k, flash_tile),
+        KernelPlan::Flash(k) => flash::emit(&mut e, k, flash_tile, tensor_cores),
     };
     e.finish(plan.pattern(), &body, workgroups, shared)
 }
@@ -118,6 +130,8 @@ pub struct Emitter<'m> {
     /// bindings as the plain body).
     subgroup_body: Option<String>,
     indices_in_range: bool,
+    /// See [`Emitter::cooperative_matrices`].
+    cooperative: bool,
 }
 
 impl Emitter<'_> {
@@ -130,7 +144,14 @@ impl Emitter<'_> {
             0
         });
         self.params.push(word);
-        format!("p({}u)", self.params.len() - 1)
+        let i = self.params.len() - 1;
+        if self.cooperative {
+            // naga's uniformity analysis takes a function's result for non-uniform
+            let lanes = PARAM_WORDS_PER_VEC;
+            format!("params.w[{}u][{}u]", i / lanes, i % lanes)
+        } else {
+            format!("p({i}u)")
+        }
     }
 
     /// Refuses the kernel: `finish` returns [`crate::CompileError::KernelLimit`] with `what`
@@ -212,6 +233,16 @@ impl Emitter<'_> {
         self.indices_in_range = true;
     }
 
+    /// Declares that the body uses cooperative matrices of `f16` (tensor cores) and the subgroup
+    /// builtins: the module enables `f16` and `wgpu_cooperative_matrix`, naga validates it with
+    /// those capabilities, and the artifact requires [`COOPERATIVE_FEATURES`]. Cooperative
+    /// operations must sit in control flow that naga's analysis proves uniform, which takes a
+    /// function's result for non-uniform: params asked for after this read the param block
+    /// directly instead of through `p(i)`.
+    pub fn cooperative_matrices(&mut self) {
+        self.cooperative = true;
+    }
+
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
@@ -245,6 +276,9 @@ impl Emitter<'_> {
         // one structure share the text.
         let vec4s = self.params.len().div_ceil(4).max(1);
         let mut head = String::new();
+        if self.cooperative {
+            head.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n");
+        }
         writeln!(head, "// sinter kernel: {pattern}").unwrap();
         writeln!(head, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
         writeln!(head, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
@@ -281,6 +315,11 @@ impl Emitter<'_> {
             loop_iterations: self.loop_iterations,
             address_words: self.address_words,
             indices_in_range: self.indices_in_range,
+            features: if self.cooperative {
+                COOPERATIVE_FEATURES
+            } else {
+                &[]
+            },
         })
     }
 }
@@ -431,19 +470,27 @@ pub fn thread_index(out: &mut String) {
 
 pub const ENTRY_ARGS: &str = "@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>";
 
-/// Validates a module with naga (with subgroup operations allowed where `subgroups`); an
-/// invalid module is a compiler bug.
-pub fn validate(name: &str, wgsl: &str, subgroups: bool) -> Result<(), crate::CompileError> {
+/// Validates a module with naga (with subgroup operations allowed where `subgroups`, and
+/// cooperative matrices of `f16` where `cooperative`); an invalid module is a compiler bug.
+pub fn validate(
+    name: &str,
+    wgsl: &str,
+    subgroups: bool,
+    cooperative: bool,
+) -> Result<(), crate::CompileError> {
+    use naga::valid::Capabilities;
     let module =
         naga::front::wgsl::parse_str(wgsl).map_err(|e| crate::CompileError::InvalidWgsl {
             kernel: name.to_string(),
             diagnostic: e.emit_to_string(wgsl),
         })?;
-    let capabilities = if subgroups {
-        naga::valid::Capabilities::SUBGROUP
-    } else {
-        naga::valid::Capabilities::default()
-    };
+    let mut capabilities = Capabilities::default();
+    if subgroups || cooperative {
+        capabilities |= Capabilities::SUBGROUP;
+    }
+    if cooperative {
+        capabilities |= Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
+    }
     naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities)
         .validate(&module)
         .map_err(|e| crate::CompileError::InvalidWgsl {

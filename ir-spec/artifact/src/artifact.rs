@@ -30,6 +30,11 @@ pub const MAGIC: [u8; 8] = *b"SINTART\0";
 /// patterns. Offsets in param blocks count words; offsets in the manifest count bytes.
 pub const WORD_BYTES: u64 = crate::types::DType::F32.size_bytes() as u64;
 pub const FORMAT_VERSION: u32 = 3;
+/// The subgroup size the compiler's tensor-core kernels are written for (cooperative
+/// operations must sit in uniform control flow, so the tiles go to subgroups by a fixed
+/// stride); the runtime refuses an artifact that needs cooperative matrices on an adapter
+/// whose subgroups may be any other size.
+pub const COOPERATIVE_SUBGROUP_SIZE: u32 = 32;
 const HEADER_LEN: usize = 32;
 
 /// A compiled graph.

@@ -20,6 +20,9 @@ use sinter_cli::flags::Attention;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Policy {
     Flash,
+    /// The flash kernels with the forward's products on tensor cores (`f16` operands; as
+    /// `sinter compile --tensor-cores`); its results differ from `f32` ones by ~1e-3 relative.
+    FlashTc,
     /// The flash kernels with the backward as separate dQ and dK/dV kernels.
     FlashSplit,
     Unfused,
@@ -30,7 +33,7 @@ pub enum Policy {
 impl Policy {
     fn options(self) -> sinter_compiler::Options {
         let attention = match self {
-            Policy::Flash | Policy::FlashSplit => Attention::Flash,
+            Policy::Flash | Policy::FlashTc | Policy::FlashSplit => Attention::Flash,
             Policy::Unfused => Attention::Unfused,
             Policy::Auto | Policy::NoOpt => Attention::Auto,
         };
@@ -38,6 +41,7 @@ impl Policy {
             attention: AttentionPolicy::from(attention),
             optimize: self != Policy::NoOpt,
             merge_flash_backward: self != Policy::FlashSplit,
+            tensor_cores: self == Policy::FlashTc,
             ..Default::default()
         }
     }
@@ -45,6 +49,7 @@ impl Policy {
     fn name(self) -> &'static str {
         match self {
             Policy::Flash => "flash",
+            Policy::FlashTc => "flash-tc",
             Policy::FlashSplit => "flash-split",
             Policy::Unfused => "unfused",
             Policy::Auto => "auto",

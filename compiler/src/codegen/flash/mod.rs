@@ -45,6 +45,10 @@
 //! its corner's coordinates, which the shader compiler hoists, and skip the ragged-edge tests
 //! (3–4% of a causal forward + backward on the H200).
 //!
+//! **Tensor cores.** With [`crate::Options::tensor_cores`], the forward's products run as
+//! cooperative matrices of `f16` operands where its head dimensions allow ([`coop`]); every
+//! other kernel and shape keeps the `f32` forms here.
+//!
 //! **Limits.** Any sequence lengths (ragged blocks are masked), head dimensions up to 256 (the
 //! accumulators are registers), batch axes with broadcasting. An invocation runs
 //! `⌈S/BC⌉ · (1 + stages)` loop iterations, stages being `⌈d/DC⌉` per head-dimension product
@@ -60,6 +64,8 @@ use crate::flash::{FlashKind, LaunchOrder, group_works, live_per_row_block};
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
+
+mod coop;
 
 /// Words per `vec4<f32>` quad.
 const QUAD: usize = 4;
@@ -399,15 +405,25 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
     }
 }
 
-pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u32) {
+/// Writes the flash kernel `k` with `tiling`, or, where `tensor_cores` and the kernel has such
+/// a form ([`coop::takes`]), its tensor-core form; returns the body, the grid and the workgroup
+/// memory in bytes.
+pub fn emit(
+    e: &mut Emitter,
+    k: &Flash,
+    tiling: Tiling,
+    tensor_cores: bool,
+) -> (String, [u32; 3], u32) {
     // Workgroup and register arrays are indexed by tile coordinates within their sizes; global
     // reads clamp their rows and columns (`min(.., len - 1)`) and writes are masked to the
     // extents, so naga's clamps are redundant (they cost these kernels 12%).
     e.indices_in_range();
+    if tensor_cores && coop::takes(k) {
+        return coop::emit_forward(e, k);
+    }
     let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
     let lay = Layout::of(&t);
     let nb = k.batch.len();
-    let batch: usize = k.batch.iter().product();
     let blocks = match k.spec.kind {
         FlashKind::Forward | FlashKind::BackwardDq => k.sq.div_ceil(t.rows),
         FlashKind::BackwardDkDv => k.sk.div_ceil(t.rows),
@@ -422,52 +438,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
             ),
         );
     }
-    if batch > MAX_GROUPS as usize || blocks > MAX_GROUPS as usize {
-        e.refuse(
-            "flash attention",
-            format!(
-                "{batch} batch entries of {blocks} blocks pass the {MAX_GROUPS} workgroups per axis of one dispatch"
-            ),
-        );
-    }
-    let mut s = String::new();
-    // the score function and its backward as WGSL functions of (x, batch coords.., i, j)
-    let fk = |program: &Program, extras: &[View]| FusedKernel {
-        program: program.clone(),
-        operands: std::iter::once(k.q.clone())
-            .chain(extras.iter().cloned())
-            .collect(),
-        outputs: Vec::new(),
-    };
-    s.push_str(&emit_elementwise_fn(
-        e,
-        &fk(&k.spec.score, &k.score_extras),
-        "score",
-        "x",
-    ));
-    if let Some(g) = &k.spec.dscore {
-        s.push_str(&emit_elementwise_fn(
-            e,
-            &fk(g, &k.dscore_extras),
-            "dscore",
-            "x",
-        ));
-    }
-    s.extend(interval_fn(&k.spec.score, nb, "score", Verdict::Dead));
-    // where the score functions read nothing but `x` and the coordinates, a tile over which
-    // their masks are uniform calls them with its corner's coordinates (see `Verdict::Fixed`)
-    let fixed = (k.score_extras.is_empty() && k.dscore_extras.is_empty()).then(|| {
-        let mut calls = Vec::new();
-        let programs = std::iter::once(("score", &k.spec.score))
-            .chain(k.spec.dscore.as_ref().map(|g| ("dscore", g)));
-        for (name, program) in programs {
-            if let Some(f) = interval_fn(program, nb, name, Verdict::Fixed) {
-                s.push_str(&f);
-                calls.push(format!("{name}_fixed"));
-            }
-        }
-        calls
-    });
+    let (mut s, fixed) = score_functions(e, k);
     let forward = k.spec.kind == FlashKind::Forward;
     let quads = lay.quads(forward);
     writeln!(s, "const D: u32 = {}u;\nconst DV: u32 = {}u;", k.d, k.dv).unwrap();
@@ -489,27 +460,7 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
         lay.p_b
     )
     .unwrap();
-    let dims = e.params(&k.batch);
-    // the launch order: blocks (or groups of key blocks) by the work each does
-    let by_keys = matches!(k.spec.kind, FlashKind::BackwardDkDv | FlashKind::Backward);
-    let per_block = live_per_row_block(&k.spec.score, t.rows, by_keys);
-    let order = match k.spec.kind {
-        FlashKind::Backward => LaunchOrder::of(&group_works(&per_block, blocks), batch),
-        _ => LaunchOrder::of(&per_block, batch),
-    };
-    let (bi, blk) = if order.batch_fastest() {
-        ("wid.x", "wid.y")
-    } else {
-        ("wid.y", "wid.x")
-    };
-    decompose(&mut s, "    ", bi, "b", &dims);
-    let (sq, sk) = (e.param(k.sq), e.param(k.sk));
-    writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
-    if order == (LaunchOrder::HeaviestFirst { reversed: true }) {
-        writeln!(s, "    let blk = {}u - {blk};", blocks - 1).unwrap();
-    } else {
-        writeln!(s, "    let blk = {blk};").unwrap();
-    }
+    let grid = launch(e, &mut s, k, t.rows, blocks);
     if k.spec.kind != FlashKind::Backward {
         writeln!(s, "    let row0 = blk * {}u;", t.rows).unwrap();
     }
@@ -575,12 +526,91 @@ pub fn emit(e: &mut Emitter, k: &Flash, tiling: Tiling) -> (String, [u32; 3], u3
     e.loop_trips(walk * trips * (1 + cx.stages));
     let mut s = cx.s;
     s.push_str("}\n");
-    let grid = if order.batch_fastest() {
+    (s, grid, (quads * 16) as u32)
+}
+
+/// The score function and its backward as WGSL functions of `(x, batch coords.., i, j)`, the
+/// interval function `tile_dead`, and, where the score functions read nothing but `x` and the
+/// coordinates, the `*_fixed` functions of [`Verdict::Fixed`] whose names it returns: a tile
+/// over which their masks are uniform calls them with its corner's coordinates.
+fn score_functions(e: &mut Emitter, k: &Flash) -> (String, Option<Vec<String>>) {
+    let nb = k.batch.len();
+    let mut s = String::new();
+    let fk = |program: &Program, extras: &[View]| FusedKernel {
+        program: program.clone(),
+        operands: std::iter::once(k.q.clone())
+            .chain(extras.iter().cloned())
+            .collect(),
+        outputs: Vec::new(),
+    };
+    s.push_str(&emit_elementwise_fn(
+        e,
+        &fk(&k.spec.score, &k.score_extras),
+        "score",
+        "x",
+    ));
+    if let Some(g) = &k.spec.dscore {
+        s.push_str(&emit_elementwise_fn(
+            e,
+            &fk(g, &k.dscore_extras),
+            "dscore",
+            "x",
+        ));
+    }
+    s.extend(interval_fn(&k.spec.score, nb, "score", Verdict::Dead));
+    let fixed = (k.score_extras.is_empty() && k.dscore_extras.is_empty()).then(|| {
+        let mut calls = Vec::new();
+        let programs = std::iter::once(("score", &k.spec.score))
+            .chain(k.spec.dscore.as_ref().map(|g| ("dscore", g)));
+        for (name, program) in programs {
+            if let Some(f) = interval_fn(program, nb, name, Verdict::Fixed) {
+                s.push_str(&f);
+                calls.push(format!("{name}_fixed"));
+            }
+        }
+        calls
+    });
+    (s, fixed)
+}
+
+/// Writes the batch coordinates `b0..`, `SQ`, `SK` and the workgroup's block (or group of key
+/// blocks) `blk` of the `blocks` whose rows are `rows` long, in the launch order of the work
+/// each does; returns the grid. Refuses a grid past [`MAX_GROUPS`] on either axis.
+fn launch(e: &mut Emitter, s: &mut String, k: &Flash, rows: usize, blocks: usize) -> [u32; 3] {
+    let batch: usize = k.batch.iter().product();
+    if batch > MAX_GROUPS as usize || blocks > MAX_GROUPS as usize {
+        e.refuse(
+            "flash attention",
+            format!(
+                "{batch} batch entries of {blocks} blocks pass the {MAX_GROUPS} workgroups per axis of one dispatch"
+            ),
+        );
+    }
+    let dims = e.params(&k.batch);
+    let by_keys = matches!(k.spec.kind, FlashKind::BackwardDkDv | FlashKind::Backward);
+    let per_block = live_per_row_block(&k.spec.score, rows, by_keys);
+    let order = match k.spec.kind {
+        FlashKind::Backward => LaunchOrder::of(&group_works(&per_block, blocks), batch),
+        _ => LaunchOrder::of(&per_block, batch),
+    };
+    let (bi, blk) = if order.batch_fastest() {
+        ("wid.x", "wid.y")
+    } else {
+        ("wid.y", "wid.x")
+    };
+    decompose(s, "    ", bi, "b", &dims);
+    let (sq, sk) = (e.param(k.sq), e.param(k.sk));
+    writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
+    if order == (LaunchOrder::HeaviestFirst { reversed: true }) {
+        writeln!(s, "    let blk = {}u - {blk};", blocks - 1).unwrap();
+    } else {
+        writeln!(s, "    let blk = {blk};").unwrap();
+    }
+    if order.batch_fastest() {
         [batch as u32, blocks as u32, 1]
     } else {
         [blocks as u32, batch as u32, 1]
-    };
-    (s, grid, (quads * 16) as u32)
+    }
 }
 
 /// Column blocks a workgroup walks.

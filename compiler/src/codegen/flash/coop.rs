@@ -1,0 +1,398 @@
+//! The flash-attention forward on tensor cores ([`crate::Options::tensor_cores`]).
+//!
+//! **Products.** The two products of a block, `S = Q·Kᵀ` and `P·V`, run as wgpu's cooperative
+//! matrices: 16 × 16 × 16 steps of `f16` operands accumulated in `f32`. A workgroup of 256
+//! invocations (eight subgroups of 32) owns 64 queries and walks the keys in blocks of 64; the
+//! query block's operands are loaded once into each subgroup's registers, each key and value
+//! block is staged in workgroup memory as `f16`, and the 16 × 16 result tiles go to the
+//! subgroups in turn (tile `sg_id + 8n`), which store them row-major as `f32` to `ss`.
+//!
+//! **Everything else in `f32`, per invocation.** A cooperative matrix's elements cannot be
+//! addressed, so the scores go through workgroup memory: four invocations own a row, each 16
+//! of its 64 columns, read from `ss` at a rotation (`rot`) that puts the 32 lanes of a subgroup
+//! in 32 distinct banks. They run the graph's own score function (masks, ragged edges and the
+//! uniform-mask fast path as in the plain kernels), the online softmax (row maxima combined
+//! through two subgroup shuffles, sums per invocation), and write `P` as `f16` to `ps` for the
+//! second product. The output accumulators stay in registers in `f32`: a block's `P·V` lands
+//! in `ss` and each invocation adds its 16 elements to its rescaled accumulators, so the online
+//! softmax's rescaling never rounds to `f16`.
+//!
+//! **Precision.** `Q`, `K`, `V` and `P` are rounded to `f16` (11 significant bits; values past
+//! f16's ±65504 are out of the mode's range); sums, the softmax and the outputs are `f32`. The
+//! opt-in trade of PyTorch's `set_float32_matmul_precision("medium")`: on random inputs the
+//! outputs differ from the `f32` kernels' by ~5e-4 of their largest magnitude.
+//!
+//! **What the hardware and naga ask for** (each found on the H200, each costing wrong results
+//! or time when missed):
+//! - cooperative operations only in control flow that naga's uniformity analysis proves
+//!   uniform, and it takes any function's result, `p(i)` included, for non-uniform: the param
+//!   block is read directly, loops have fixed trip counts, tiles go to subgroups by a fixed
+//!   stride (so the kernel is written for subgroups of 32, which the runtime checks), and the
+//!   block-skip verdict reaches all invocations through `workgroupUniformLoad`;
+//! - every workgroup array on a 16-byte boundary: the verdict is a whole `vec4<u32>`;
+//! - rows of the `f16` tiles padded by 16 bytes ([`PAD`]) against bank conflicts.
+//!
+//! **Limits.** Head dimensions that are multiples of 16 up to 64 (the value's a multiple of
+//! 32), so that the tiles fit 43 KiB of workgroup memory; other shapes and the backward
+//! kernels keep the plain `f32` kernels. Five barriers per live block; skipped blocks as in
+//! the plain kernels.
+
+use super::*;
+
+/// Queries per workgroup.
+const ROWS: usize = 64;
+/// Keys per column block.
+const COLS: usize = 64;
+/// Threads per workgroup: four per row.
+const THREADS: usize = 256;
+/// Threads that share a row.
+const PER_ROW: usize = THREADS / ROWS;
+/// The side of a cooperative matrix.
+const SIDE: usize = 16;
+/// Largest head dimension: the tiles at 64 fill 43 KiB of workgroup memory.
+const MAX_DIM: usize = 64;
+/// Halves that pad each row of the `f16` tiles: a cooperative load reads 16 bytes from each of
+/// 8 rows at once, which fall in one bank group when rows are 128 bytes apart (an 8-way
+/// conflict that made the products three quarters of the kernel's time at head dimension
+/// 64); 16 more bytes a row spread them over all 32 banks.
+const PAD: usize = 8;
+/// The subgroup size the kernel is written for (the runtime checks the adapter's): naga lets
+/// cooperative operations run only in uniform control flow, so each subgroup takes every
+/// [`SUBGROUPS`]-th tile in a loop of fixed trip count.
+const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as usize;
+/// Subgroups per workgroup.
+const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
+
+/// Whether the kernel has a tensor-core form: the forward, head dimensions multiples of 16 up
+/// to [`MAX_DIM`], and the value's a multiple of 32 (so that the `P·V` tiles, 4 per 16 value
+/// columns, divide evenly among the subgroups).
+pub fn takes(k: &Flash) -> bool {
+    let tiles = (ROWS / SIDE) * (k.dv / SIDE);
+    k.spec.kind == FlashKind::Forward
+        && [k.d, k.dv]
+            .iter()
+            .all(|&d| d.is_multiple_of(SIDE) && d <= MAX_DIM)
+        && tiles.is_multiple_of(SUBGROUPS)
+}
+
+/// Bytes of workgroup memory the forward of head dimensions `d`, `dv` declares.
+fn workgroup_bytes(d: usize, dv: usize) -> usize {
+    let f32 = DType::F32.size_bytes();
+    let f16 = f32 / 2;
+    // the f16 tiles, `ss`, and the verdict's quad
+    (COLS * (d + PAD) + COLS * (dv + PAD) + ROWS * (COLS + PAD)) * f16
+        + ROWS * COLS * f32
+        + QUAD * f32
+}
+
+/// Writes the forward of `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
+/// the workgroup memory in bytes.
+pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
+    debug_assert!(takes(k));
+    e.cooperative_matrices();
+    let (d, dv) = (k.d, k.dv);
+    let nb = k.batch.len();
+    let (mut s, fixed) = score_functions(e, k);
+    // the f16 tiles' row strides: `ks` (keys × KS), `vs` (keys × VS), `ps` (queries × PS;
+    // first the query block at stride KS); `ss` is row-major at 64
+    let (ks, vs, ps) = (d + PAD, dv + PAD, COLS + PAD);
+    writeln!(
+        s,
+        "const KS: u32 = {ks}u;\nconst VS: u32 = {vs}u;\nconst PS: u32 = {ps}u;"
+    )
+    .unwrap();
+    for (name, ty, n) in [
+        ("ks", "f16", COLS * ks),
+        ("vs", "f16", COLS * vs),
+        ("ss", "f32", ROWS * COLS),
+        ("ps", "f16", ROWS * ps),
+    ] {
+        writeln!(s, "var<workgroup> {name}: array<{ty}, {n}>;").unwrap();
+    }
+    // a whole quad: the H200's driver places the arrays after it, and a cooperative load from
+    // an array that starts off a 16-byte boundary reads from the boundary below (a `u32` here
+    // shifted every operand by two halves)
+    writeln!(s, "var<workgroup> live: vec4<u32>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({THREADS})").unwrap();
+    writeln!(
+        s,
+        "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_id) sg_id: u32) {{"
+    )
+    .unwrap();
+    // the row a thread owns and its quarter of the columns; the PER_ROW threads of a row are
+    // neighbouring lanes of one subgroup (subgroups are whole: sizes divide the workgroup)
+    writeln!(
+        s,
+        "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
+    )
+    .unwrap();
+    let blocks = k.sq.div_ceil(ROWS);
+    let grid = launch(e, &mut s, k, ROWS, blocks);
+    writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
+    let q = bind(&mut s, e, "q", &k.q, nb);
+    let kk = bind(&mut s, e, "k", &k.k, nb);
+    let v = bind(&mut s, e, "v", &k.v, nb);
+    let o = bind(&mut s, e, "o", &k.outputs[0], nb);
+    let l = bind(&mut s, e, "l", &k.outputs[1], nb);
+    let mut cx = Body {
+        s,
+        nb,
+        fixed,
+        stages: 0,
+        t: Tiling::A,
+        lay: Layout::of(&Tiling::A),
+        indent: 0,
+    };
+    // a block of 64 rows of `width` words to workgroup memory as f16, zero past `len` (a loop
+    // of fixed trip count: control flow stays uniform for the cooperative operations)
+    let staged = |m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &str| {
+        format!(
+            "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let j = e / {width}u; let c = e % {width}u; let g = {first} + j; {name}[j * {stride} + c] = f16(select(0.0, {}, g < {len})); }}",
+            ROWS * width / THREADS,
+            m.load(&format!("min(g, {len} - 1u)"), "c"),
+        )
+    };
+    // the query block, as f16 through `ps`, to registers: the A operands of the subgroup's
+    // score tiles (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
+    cx.line(1, &staged(&q, "ps", d, "KS", "row0", "SQ"));
+    cx.line(1, "workgroupBarrier();");
+    let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
+    let mut t = String::new();
+    for n in 0..score_tiles {
+        for step in 0..d / SIDE {
+            writeln!(
+                t,
+                "let qa{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&ps[((sg_id + {}u) / {}u) * {}u + {}u], KS);",
+                n * SUBGROUPS,
+                COLS / SIDE,
+                SIDE * ks,
+                SIDE * step
+            )
+            .unwrap();
+        }
+    }
+    t.push_str("workgroupBarrier();");
+    cx.line(1, &t);
+    let per = COLS / PER_ROW;
+    let out_per = dv / PER_ROW;
+    cx.line(
+        1,
+        &format!(
+            "var m = {NEG_INF};\nvar l = 0.0;\nvar o: array<f32, {out_per}>;\nvar x: array<f32, {per}>;\nlet blocks = (SK + {COLS}u - 1u) / {COLS}u;"
+        ),
+    );
+    cx.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
+    cx.line(1, &format!("let col0 = kb * {COLS}u;"));
+    let (i1, j1) = (
+        format!("row0 + {}u", ROWS - 1),
+        format!("col0 + {}u", COLS - 1),
+    );
+    // the verdict through workgroup memory: naga takes `tile_dead`'s result for non-uniform,
+    // `workgroupUniformLoad`'s for uniform
+    let dead = cx.dead(("row0", &i1), ("col0", &j1));
+    cx.line(
+        1,
+        &format!("if (lid == 0u) {{ live = vec4<u32>(select(1u, 0u, {dead})); }}\nif (workgroupUniformLoad(&live).x == 1u) {{"),
+    );
+    cx.line(2, &staged(&kk, "ks", d, "KS", "col0", "SK"));
+    cx.line(2, &staged(&v, "vs", dv, "VS", "col0", "SK"));
+    cx.line(2, "workgroupBarrier();");
+    // S = Q·Kᵀ: A row-major from the query block, B = Kᵀ column-major from the key block
+    cx.line(2, "// S = Q·Kᵀ, 16 × 16 tiles divided among the subgroups");
+    cx.tiles(ROWS / SIDE, COLS / SIDE, d / SIDE, &|n, step| {
+        (
+            format!("qa{n}_{step}"),
+            format!(
+                "coopLoad<coop_mat16x16<f16, B>>(&ks[ct * {}u + {}u], KS)",
+                SIDE * ks,
+                SIDE * step
+            ),
+        )
+    });
+    cx.line(2, "workgroupBarrier();");
+    // the thread's scores: columns h·16 + (rot + c) % 16
+    cx.line(
+        2,
+        &format!("let sb = r * {COLS}u + h * {per}u;\nlet pb = r * PS + h * {per}u;"),
+    );
+    let col = |c: usize| format!("((rot + {c}u) % {per}u)");
+    let mut loads = String::new();
+    for c in 0..per {
+        writeln!(loads, "x[{c}] = ss[sb + {}];", col(c)).unwrap();
+    }
+    cx.line(2, &loads);
+    let (mut fast, mut general) = (String::new(), String::new());
+    let corner = cx.coords("row0", "col0");
+    for c in 0..per {
+        let j = format!("col0 + h * {per}u + {}", col(c));
+        writeln!(fast, "x[{c}] = score(x[{c}], {corner});").unwrap();
+        writeln!(
+            general,
+            "x[{c}] = select({NEG_INF}, score(x[{c}], {}), {j} < SK);",
+            cx.coords("min(row0 + r, SQ - 1u)", &format!("min({j}, SK - 1u)")),
+        )
+        .unwrap();
+    }
+    cx.scores(("row0", &i1), ("col0", &j1), &fast, &general);
+    // the row's new maximum (see the plain forward on `max`), probabilities, sums
+    let xs: Vec<String> = (0..per).map(|c| format!("x[{c}]")).collect();
+    let mut t = format!("var mb = {};\n", max_tree(&xs));
+    for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
+        writeln!(t, "mb = max(mb, subgroupShuffleXor(mb, {lane}u));").unwrap();
+    }
+    writeln!(
+        t,
+        "mb = max(m, mb);\nlet ms = select(mb, 0.0, mb == {NEG_INF});\nlet alpha = exp(m - ms);\nm = mb;"
+    )
+    .unwrap();
+    for c in 0..per {
+        writeln!(t, "x[{c}] = exp(x[{c}] - ms);").unwrap();
+    }
+    writeln!(t, "l = l * alpha + {};", sum(&xs)).unwrap();
+    for c in 0..out_per {
+        writeln!(t, "o[{c}] = o[{c}] * alpha;").unwrap();
+    }
+    for c in 0..per {
+        writeln!(t, "ps[pb + {}] = f16(x[{c}]);", col(c)).unwrap();
+    }
+    t.push_str("workgroupBarrier();");
+    cx.line(2, &t);
+    // P·V: A = P row-major, B = V row-major
+    cx.line(2, "// P·V");
+    cx.tiles(ROWS / SIDE, dv / SIDE, COLS / SIDE, &|_, step| {
+        (
+            format!(
+                "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
+                SIDE * ps,
+                SIDE * step
+            ),
+            format!(
+                "coopLoadT<coop_mat16x16<f16, B>>(&vs[{}u + ct * {SIDE}u], VS)",
+                SIDE * step * vs
+            ),
+        )
+    });
+    cx.line(2, "workgroupBarrier();");
+    let ocol = |c: usize| format!("h * {out_per}u + (rot + {c}u) % {out_per}u");
+    let mut t = String::new();
+    for c in 0..out_per {
+        writeln!(t, "o[{c}] = o[{c}] + ss[r * {COLS}u + {}];", ocol(c)).unwrap();
+    }
+    cx.line(2, &t);
+    cx.line(1, "}");
+    cx.line(1, "}");
+    // the row's sum, then the results
+    let mut t = String::from("var lt = l;\n");
+    for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
+        writeln!(t, "lt = lt + subgroupShuffleXor(lt, {lane}u);").unwrap();
+    }
+    writeln!(t, "let i = row0 + r;\nif (i < SQ) {{").unwrap();
+    for c in 0..out_per {
+        writeln!(
+            t,
+            "  {{ let col = {}; {}[{}] = o[{c}] / lt; }}",
+            ocol(c),
+            o.arena,
+            o.at("i", "col")
+        )
+        .unwrap();
+    }
+    writeln!(
+        t,
+        "  if (h == 0u) {{ {}[{}] = select(m + log(lt), {NAN}, m == {NEG_INF}); }}\n}}",
+        l.arena,
+        l.at("i", "0u")
+    )
+    .unwrap();
+    cx.line(1, &t);
+    let staging = |width: usize| (ROWS * width / THREADS) as u64;
+    let per_block = staging(d) + staging(dv);
+    e.loop_trips(staging(d) + k.sk.div_ceil(COLS) as u64 * (1 + per_block));
+    let mut s = cx.s;
+    s.push_str("}\n");
+    (s, grid, workgroup_bytes(d, dv) as u32)
+}
+
+/// `max` over `items`, as a balanced tree.
+fn max_tree(items: &[String]) -> String {
+    match items {
+        [one] => one.clone(),
+        _ => {
+            let (a, b) = items.split_at(items.len() / 2);
+            format!("max({}, {})", max_tree(a), max_tree(b))
+        }
+    }
+}
+
+impl Body {
+    /// The `rows × cols` result tiles (16 × 16) of a product of `steps` 16-deep steps, tile
+    /// `sg_id + 8n` to subgroup `sg_id` (`n` unrolled), stored row-major to `ss` (64 words a
+    /// row); `operands(n, step)` gives the A and B operands of a step, in terms of the tile's
+    /// `rt` and `ct`.
+    fn tiles(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        steps: usize,
+        operands: &dyn Fn(usize, usize) -> (String, String),
+    ) {
+        debug_assert!((rows * cols).is_multiple_of(SUBGROUPS));
+        let mut t = String::new();
+        for n in 0..rows * cols / SUBGROUPS {
+            writeln!(
+                t,
+                "{{\n  let tile = sg_id + {}u;\n  let rt = tile / {cols}u;\n  let ct = tile % {cols}u;\n  var acc = coop_mat16x16<f32, C>();",
+                n * SUBGROUPS
+            )
+            .unwrap();
+            for step in 0..steps {
+                let (a, b) = operands(n, step);
+                writeln!(t, "  acc = coopMultiplyAdd({a}, {b}, acc);").unwrap();
+            }
+            // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
+            writeln!(
+                t,
+                "  let res = acc;\n  let at = rt * {}u + ct * {SIDE}u;\n  coopStoreT(res, &ss[at], {COLS}u);\n}}",
+                SIDE * COLS
+            )
+            .unwrap();
+        }
+        self.line(2, &t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every head dimension the form takes fits the H200's 48 KiB of workgroup memory, and
+    /// every array stays a multiple of 16 bytes (so each starts on a 16-byte boundary).
+    #[test]
+    fn tiles_fit_and_stay_aligned() {
+        for d in (SIDE..=MAX_DIM).step_by(SIDE) {
+            for dv in (2 * SIDE..=MAX_DIM).step_by(2 * SIDE) {
+                assert!(workgroup_bytes(d, dv) <= 48 << 10, "{d} {dv}");
+                let f32 = DType::F32.size_bytes();
+                let f16 = f32 / 2;
+                for bytes in [
+                    COLS * (d + PAD) * f16,
+                    COLS * (dv + PAD) * f16,
+                    ROWS * (COLS + PAD) * f16,
+                    ROWS * COLS * f32,
+                ] {
+                    assert_eq!(bytes % 16, 0, "{d} {dv}");
+                }
+            }
+        }
+    }
+
+    /// Eight consecutive padded `f16` rows start in eight distinct 16-byte bank groups (a
+    /// row's length in 16-byte units is odd), so a cooperative load's 8 rows never collide.
+    #[test]
+    fn padded_rows_spread_over_the_banks() {
+        for width in (SIDE..=MAX_DIM).step_by(SIDE).chain([COLS]) {
+            let units = (width + PAD) * DType::F32.size_bytes() / 2 / 16;
+            assert_eq!(units % 2, 1, "{width}");
+        }
+    }
+}
