@@ -86,9 +86,15 @@ impl FlashSpec {
     /// Whether lowering makes this backward kernel and its partner (the dQ or dK/dV kernel of
     /// the same attention) one kernel of the whole backward ([`FlashKind::Backward`]), given
     /// the types of `q` and `v`: where `q` is not broadcast over the score space's batch (the
-    /// partial sums range over it) and [`crate::codegen::flash::merges_backward`] says it pays.
-    pub fn merges(&self, q: &TensorType, v: &TensorType) -> bool {
+    /// partial sums range over it) and [`crate::codegen::flash::merges_backward`] says it pays;
+    /// never where `tensor_cores` ([`crate::Options::tensor_cores`]) and the split kernels
+    /// have tensor-core forms, which the whole backward has not.
+    pub fn merges(&self, q: &TensorType, v: &TensorType, tensor_cores: bool) -> bool {
         let r = self.score.domain.len();
+        let (d, dv) = (q.shape[q.rank() - 1], v.shape[v.rank() - 1]);
+        if tensor_cores && crate::codegen::flash::coop::backward_takes(d, dv) {
+            return false;
+        }
         q.shape[..q.rank() - 1] == self.score.domain[..r - 1]
             && crate::codegen::flash::merges_backward(
                 crate::codegen::flash::Tiling::DEFAULT,

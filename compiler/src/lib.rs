@@ -107,7 +107,7 @@ pub struct Options {
     /// that pays (see [`flash::FlashKind::Backward`]); `sinter compile --flash-backward split`
     /// keeps the two.
     pub merge_flash_backward: bool,
-    /// Run the flash-attention forward's products on tensor cores where its shape allows
+    /// Run the flash-attention kernels' products on tensor cores where their shapes allow
     /// (`sinter compile --tensor-cores`; see [`codegen::flash`], "Tensor cores"): cooperative
     /// matrices of `f16` operands with `f32` accumulation. Opt-in, like PyTorch's
     /// `set_float32_matmul_precision("medium")`: the products' operands keep 11 significant
@@ -203,6 +203,7 @@ fn run_passes(
                 attention: options.attention,
                 max_binding: options.max_binding_size,
                 merge_flash_backward: options.merge_flash_backward,
+                tensor_cores: options.tensor_cores,
             },
         );
         dump(Pass::Optimize, &|| {

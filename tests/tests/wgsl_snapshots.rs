@@ -176,16 +176,20 @@ fn flash_attention_training() {
     snapshot("flash_attention_training", &text);
 }
 
-/// The flash forward on tensor cores (`--tensor-cores`): a causal attention's forward at head
-/// dim 64 over two blocks of 64 queries, its products as cooperative matrices.
+/// The flash kernels on tensor cores (`--tensor-cores`): a causal attention's training step at
+/// head dim 64 over two blocks of 64, the forward, the dQ and the dK/dV kernels with their
+/// products as cooperative matrices (the backward kept split).
 #[test]
-fn flash_attention_forward_tensor_cores() {
-    let src = "graph attention_forward {
+fn flash_attention_tensor_cores() {
+    let src = "graph attention_step {
   input q: f32[1, 2, 128, 64]
   input k: f32[1, 2, 128, 64]
   input v: f32[1, 2, 128, 64]
+  input w: f32[1, 2, 128, 64]
   o = attention(q, k, v, causal=true)
-  output o
+  loss = sum(mul(o, w))
+  dq, dk, dv = grad(loss, q, k, v)
+  output o, dq, dk, dv
 }
 ";
     let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
@@ -198,8 +202,12 @@ fn flash_attention_forward_tensor_cores() {
         .expect("compiles")
         .artifact;
     let mut text = format!("requires {}\n", artifact.requirements.features.join(", "));
-    for k in &artifact.kernels {
+    for k in artifact
+        .kernels
+        .iter()
+        .filter(|k| k.pattern.starts_with("flash_attention"))
+    {
         writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
     }
-    snapshot("flash_attention_forward_tensor_cores", &text);
+    snapshot("flash_attention_tensor_cores", &text);
 }

@@ -49,7 +49,7 @@ pub struct Args {
     /// per-group partial sums) or as separate dQ and dK/dV kernels (`split`).
     #[arg(long, value_enum, default_value_t = FlashBackward::Whole)]
     flash_backward: FlashBackward,
-    /// Run the flash-attention forward's products on tensor cores (cooperative matrices of f16
+    /// Run the flash-attention kernels' products on tensor cores (cooperative matrices of f16
     /// operands, f32 accumulation) where its head dimensions allow: faster, 11-bit operands,
     /// and the artifact runs only where wgpu offers cooperative matrices (native Vulkan).
     #[arg(long)]

@@ -645,10 +645,11 @@ fn dk_sites(g: &Graph, p: Id, d_o: Id) -> Vec<Id> {
 
 /// Makes each dQ kernel and dK/dV kernel of one attention (the same inputs and score
 /// functions) one kernel of the whole backward ([`FlashKind::Backward`]) where
-/// [`FlashSpec::merges`] says so; returns how many were merged.
+/// [`FlashSpec::merges`] says so (`tensor_cores` as in [`crate::Options::tensor_cores`]);
+/// returns how many were merged.
 /// The merged kernel takes the earlier one's place: the two read the same values, so
 /// everything either's readers read is defined by then.
-pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
+pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph, tensor_cores: bool) -> usize {
     use crate::kgraph::{KNode, KernelOp};
     fn spec_of(n: &KNode) -> Option<&FlashSpec> {
         match &n.op {
@@ -668,7 +669,7 @@ pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph) -> usize {
             _ => continue,
         };
         let (q, v) = (kg.ty(kg.nodes[a].inputs[0]), kg.ty(kg.nodes[a].inputs[2]));
-        if !first.merges(q, v) {
+        if !first.merges(q, v, tensor_cores) {
             continue;
         }
         let partner = (a + 1..kg.nodes.len()).find(|&b| {

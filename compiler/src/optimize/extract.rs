@@ -174,7 +174,8 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
     // Where lowering makes the dQ kernel part of the dK/dV kernel (`merge-flash-backward`, on
     // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
     // and the partial sums written and added.
-    let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v);
+    // (the estimate of the `f32` kernels, also under `--tensor-cores`)
+    let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v, false);
     let products = match spec.kind {
         FlashKind::Forward => d + dv,
         FlashKind::BackwardDq if merged => d,

@@ -156,6 +156,9 @@ pub struct Config {
     /// Make each attention's dQ and dK/dV kernels one kernel of the whole backward where that
     /// pays ([`attention::merge_backward`]; `--flash-backward split` turns it off).
     pub merge_flash_backward: bool,
+    /// [`crate::Options::tensor_cores`]: the backward stays split where its kernels have
+    /// tensor-core forms.
+    pub tensor_cores: bool,
 }
 
 impl Default for Config {
@@ -164,6 +167,7 @@ impl Default for Config {
             attention: AttentionPolicy::Auto,
             max_binding: u64::MAX,
             merge_flash_backward: true,
+            tensor_cores: false,
         }
     }
 }
@@ -266,7 +270,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
     if config.merge_flash_backward {
-        attention::merge_backward(&mut kg);
+        attention::merge_backward(&mut kg, config.tensor_cores);
     }
     share::store_recomputed(&mut kg);
     lap(&mut report, "stored recomputed values");

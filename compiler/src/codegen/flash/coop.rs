@@ -1,6 +1,7 @@
-//! The flash-attention forward on tensor cores ([`crate::Options::tensor_cores`]).
+//! The flash-attention forward and split backward on tensor cores
+//! ([`crate::Options::tensor_cores`]).
 //!
-//! **Products.** The two products of a block, `S = Q·Kᵀ` and `P·V`, run as wgpu's cooperative
+//! **Products (forward).** The two products of a block, `S = Q·Kᵀ` and `P·V`, run as wgpu's cooperative
 //! matrices: 16 × 16 × 16 steps of `f16` operands accumulated in `f32`. A workgroup of 256
 //! invocations (eight subgroups of 32) owns 64 queries and walks the keys in blocks of 64; the
 //! query block's operands are loaded once into each subgroup's registers, each key and value
@@ -17,10 +18,19 @@
 //! in `ss` and each invocation adds its 16 elements to its rescaled accumulators, so the online
 //! softmax's rescaling never rounds to `f16`.
 //!
+//! **Backward** ([`emit_backward`]). The dQ kernel (rows: queries) and the dK/dV kernel (rows:
+//! keys, the tile transposed) take the same shape: the row block's two operands in registers,
+//! `S` and `dP` through `ss`, `P` and the score gradient in `f32` per invocation, and the
+//! accumulated products (`dQ`, or `dV` and `dK`) in cooperative accumulators for the whole
+//! walk — no online rescaling, so they never leave the tensor cores until the end. The whole
+//! backward's `dQ` partial sums have no such form: with tensor cores the optimizer keeps the
+//! backward split.
+//!
 //! **Precision.** `Q`, `K`, `V` and `P` are rounded to `f16` (11 significant bits; values past
 //! f16's ±65504 are out of the mode's range); sums, the softmax and the outputs are `f32`. The
 //! opt-in trade of PyTorch's `set_float32_matmul_precision("medium")`: on random inputs the
-//! outputs differ from the `f32` kernels' by ~5e-4 of their largest magnitude.
+//! outputs and gradients differ from the `f32` kernels' by up to ~8e-4 of their largest
+//! magnitude.
 //!
 //! **What the hardware and naga ask for** (each found on the H200, each costing wrong results
 //! or time when missed):
@@ -33,9 +43,9 @@
 //! - rows of the `f16` tiles padded by 16 bytes ([`PAD`]) against bank conflicts.
 //!
 //! **Limits.** Head dimensions that are multiples of 16 up to 64 (the value's a multiple of
-//! 32), so that the tiles fit 43 KiB of workgroup memory; other shapes and the backward
-//! kernels keep the plain `f32` kernels. Five barriers per live block; skipped blocks as in
-//! the plain kernels.
+//! 32) for the forward, 32 or 64 for the backward, so that the tiles fit 43 KiB of workgroup
+//! memory and divide evenly among the subgroups; other shapes keep the plain `f32` kernels.
+//! Skipped blocks as in the plain kernels.
 
 use super::*;
 
@@ -63,16 +73,31 @@ const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as u
 /// Subgroups per workgroup.
 const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
 
-/// Whether the kernel has a tensor-core form: the forward, head dimensions multiples of 16 up
-/// to [`MAX_DIM`], and the value's a multiple of 32 (so that the `P·V` tiles, 4 per 16 value
-/// columns, divide evenly among the subgroups).
+/// Whether the kernel has a tensor-core form: the forward with head dimensions multiples of 16
+/// up to [`MAX_DIM`] and the value's a multiple of 32 (so that the `P·V` tiles, 4 per 16
+/// value columns, divide evenly among the subgroups); the split backward kernels where
+/// [`backward_takes`]; not the whole backward.
 pub fn takes(k: &Flash) -> bool {
-    let tiles = (ROWS / SIDE) * (k.dv / SIDE);
-    k.spec.kind == FlashKind::Forward
-        && [k.d, k.dv]
-            .iter()
-            .all(|&d| d.is_multiple_of(SIDE) && d <= MAX_DIM)
-        && tiles.is_multiple_of(SUBGROUPS)
+    match k.spec.kind {
+        FlashKind::Forward => {
+            let tiles = (ROWS / SIDE) * (k.dv / SIDE);
+            [k.d, k.dv]
+                .iter()
+                .all(|&d| d.is_multiple_of(SIDE) && d <= MAX_DIM)
+                && tiles.is_multiple_of(SUBGROUPS)
+        }
+        FlashKind::BackwardDq | FlashKind::BackwardDkDv => backward_takes(k.d, k.dv),
+        FlashKind::Backward => false,
+    }
+}
+
+/// Writes the kernel `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
+/// the workgroup memory in bytes.
+pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
+    match k.spec.kind {
+        FlashKind::Forward => emit_forward(e, k),
+        _ => emit_backward(e, k),
+    }
 }
 
 /// Bytes of workgroup memory the forward of head dimensions `d`, `dv` declares.
@@ -87,45 +112,15 @@ fn workgroup_bytes(d: usize, dv: usize) -> usize {
 
 /// Writes the forward of `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
 /// the workgroup memory in bytes.
-pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
+fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     debug_assert!(takes(k));
     e.cooperative_matrices();
     let (d, dv) = (k.d, k.dv);
     let nb = k.batch.len();
     let (mut s, fixed) = score_functions(e, k);
-    // the f16 tiles' row strides: `ks` (keys × KS), `vs` (keys × VS), `ps` (queries × PS;
-    // first the query block at stride KS); `ss` is row-major at 64
-    let (ks, vs, ps) = (d + PAD, dv + PAD, COLS + PAD);
-    writeln!(
-        s,
-        "const KS: u32 = {ks}u;\nconst VS: u32 = {vs}u;\nconst PS: u32 = {ps}u;"
-    )
-    .unwrap();
-    for (name, ty, n) in [
-        ("ks", "f16", COLS * ks),
-        ("vs", "f16", COLS * vs),
-        ("ss", "f32", ROWS * COLS),
-        ("ps", "f16", ROWS * ps),
-    ] {
-        writeln!(s, "var<workgroup> {name}: array<{ty}, {n}>;").unwrap();
-    }
-    // a whole quad: the H200's driver places the arrays after it, and a cooperative load from
-    // an array that starts off a 16-byte boundary reads from the boundary below (a `u32` here
-    // shifted every operand by two halves)
-    writeln!(s, "var<workgroup> live: vec4<u32>;").unwrap();
-    writeln!(s, "@compute @workgroup_size({THREADS})").unwrap();
-    writeln!(
-        s,
-        "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_id) sg_id: u32) {{"
-    )
-    .unwrap();
-    // the row a thread owns and its quarter of the columns; the PER_ROW threads of a row are
-    // neighbouring lanes of one subgroup (subgroups are whole: sizes divide the workgroup)
-    writeln!(
-        s,
-        "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
-    )
-    .unwrap();
+    // `ks` (keys × KS), `vs` (keys × VS), `ps` (queries × PS; first the query block at
+    // stride KS)
+    let (ks, vs, ps) = header(&mut s, [("ks", "KS"), ("vs", "VS")], d, dv);
     let blocks = k.sq.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
     writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
@@ -134,24 +129,7 @@ pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let v = bind(&mut s, e, "v", &k.v, nb);
     let o = bind(&mut s, e, "o", &k.outputs[0], nb);
     let l = bind(&mut s, e, "l", &k.outputs[1], nb);
-    let mut cx = Body {
-        s,
-        nb,
-        fixed,
-        stages: 0,
-        t: Tiling::A,
-        lay: Layout::of(&Tiling::A),
-        indent: 0,
-    };
-    // a block of 64 rows of `width` words to workgroup memory as f16, zero past `len` (a loop
-    // of fixed trip count: control flow stays uniform for the cooperative operations)
-    let staged = |m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &str| {
-        format!(
-            "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let j = e / {width}u; let c = e % {width}u; let g = {first} + j; {name}[j * {stride} + c] = f16(select(0.0, {}, g < {len})); }}",
-            ROWS * width / THREADS,
-            m.load(&format!("min(g, {len} - 1u)"), "c"),
-        )
-    };
+    let mut cx = body(s, nb, fixed);
     // the query block, as f16 through `ps`, to registers: the A operands of the subgroup's
     // score tiles (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
     cx.line(1, &staged(&q, "ps", d, "KS", "row0", "SQ"));
@@ -190,25 +168,26 @@ pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     // the verdict through workgroup memory: naga takes `tile_dead`'s result for non-uniform,
     // `workgroupUniformLoad`'s for uniform
     let dead = cx.dead(("row0", &i1), ("col0", &j1));
-    cx.line(
-        1,
-        &format!("if (lid == 0u) {{ live = vec4<u32>(select(1u, 0u, {dead})); }}\nif (workgroupUniformLoad(&live).x == 1u) {{"),
-    );
+    cx.line(1, &if_live(&dead));
     cx.line(2, &staged(&kk, "ks", d, "KS", "col0", "SK"));
     cx.line(2, &staged(&v, "vs", dv, "VS", "col0", "SK"));
     cx.line(2, "workgroupBarrier();");
     // S = Q·Kᵀ: A row-major from the query block, B = Kᵀ column-major from the key block
     cx.line(2, "// S = Q·Kᵀ, 16 × 16 tiles divided among the subgroups");
-    cx.tiles(ROWS / SIDE, COLS / SIDE, d / SIDE, &|n, step| {
-        (
-            format!("qa{n}_{step}"),
-            format!(
-                "coopLoad<coop_mat16x16<f16, B>>(&ks[ct * {}u + {}u], KS)",
-                SIDE * ks,
-                SIDE * step
-            ),
-        )
-    });
+    cx.tiles(
+        (ROWS / SIDE, COLS / SIDE, d / SIDE),
+        &|n, step| {
+            (
+                format!("qa{n}_{step}"),
+                format!(
+                    "coopLoad<coop_mat16x16<f16, B>>(&ks[ct * {}u + {}u], KS)",
+                    SIDE * ks,
+                    SIDE * step
+                ),
+            )
+        },
+        None,
+    );
     cx.line(2, "workgroupBarrier();");
     // the thread's scores: columns h·16 + (rot + c) % 16
     cx.line(
@@ -259,19 +238,23 @@ pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     cx.line(2, &t);
     // P·V: A = P row-major, B = V row-major
     cx.line(2, "// P·V");
-    cx.tiles(ROWS / SIDE, dv / SIDE, COLS / SIDE, &|_, step| {
-        (
-            format!(
-                "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
-                SIDE * ps,
-                SIDE * step
-            ),
-            format!(
-                "coopLoadT<coop_mat16x16<f16, B>>(&vs[{}u + ct * {SIDE}u], VS)",
-                SIDE * step * vs
-            ),
-        )
-    });
+    cx.tiles(
+        (ROWS / SIDE, dv / SIDE, COLS / SIDE),
+        &|_, step| {
+            (
+                format!(
+                    "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
+                    SIDE * ps,
+                    SIDE * step
+                ),
+                format!(
+                    "coopLoadT<coop_mat16x16<f16, B>>(&vs[{}u + ct * {SIDE}u], VS)",
+                    SIDE * step * vs
+                ),
+            )
+        },
+        None,
+    );
     cx.line(2, "workgroupBarrier();");
     let ocol = |c: usize| format!("h * {out_per}u + (rot + {c}u) % {out_per}u");
     let mut t = String::new();
@@ -313,6 +296,323 @@ pub fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     (s, grid, workgroup_bytes(d, dv) as u32)
 }
 
+/// Whether the split backward kernels (dQ, dK/dV) of head dimensions `d`, `dv` have
+/// tensor-core forms: both multiples of 32 up to [`MAX_DIM`], so that every accumulated
+/// product's tiles (4 per 16 columns) divide evenly among the subgroups. Where they do, the
+/// optimizer keeps the backward split ([`crate::flash::FlashSpec::merges`]).
+pub fn backward_takes(d: usize, dv: usize) -> bool {
+    [d, dv]
+        .iter()
+        .all(|&w| w.is_multiple_of(2 * SIDE) && w <= MAX_DIM)
+}
+
+/// Writes the dQ or dK/dV kernel of `k` ([`takes`] holds) on tensor cores. Rows are queries
+/// (dQ) or keys (dK/dV), 64 a workgroup; the walk takes the other side in blocks of 64. The
+/// row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into registers as A operands;
+/// per block the other side's (`K`, `V` or `Q`, `dO`) are staged as `f16` in `x1` (head
+/// dimension `d`) and `x2` (`dv`). `S` and `dP` come from the products into `ss` one after the
+/// other; each invocation turns its 16 elements into `P` and the score gradient `G` in `f32`
+/// (as the plain kernels do) and writes `G` (and, for dK/dV, first `P`) as `f16` to `ps`; the
+/// accumulated products (`dQ += G·K`, or `dV += Pᵀ·dO` and `dK += Gᵀ·Q`, the tile being
+/// transposed) stay in cooperative accumulators for the whole walk and reach the outputs
+/// through `ss` at the end.
+pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
+    debug_assert!(takes(k));
+    e.cooperative_matrices();
+    let (d, dv) = (k.d, k.dv);
+    let nb = k.batch.len();
+    let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
+    let (mut s, fixed) = score_functions(e, k);
+    let (s1, s2, ps) = header(&mut s, [("x1", "X1S"), ("x2", "X2S")], d, dv);
+    let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
+    let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
+    let grid = launch(e, &mut s, k, ROWS, blocks);
+    writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
+    let q = bind(&mut s, e, "q", &k.q, nb);
+    let kk = bind(&mut s, e, "k", &k.k, nb);
+    let v = bind(&mut s, e, "v", &k.v, nb);
+    let d_o = bind(&mut s, e, "do", k.d_o.as_ref().expect("dO"), nb);
+    let lse = bind(&mut s, e, "lse", k.lse.as_ref().expect("L"), nb);
+    let delta = bind(&mut s, e, "dd", k.delta.as_ref().expect("D"), nb);
+    let outs: Vec<Mat> = k
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, view)| bind(&mut s, e, &format!("out{i}"), view, nb))
+        .collect();
+    let mut cx = body(s, nb, fixed);
+    // the row block's operands (A, row-major) and the walked side's (B)
+    let (a1, a2, b1, b2) = if by_keys {
+        (&kk, &v, &q, &d_o)
+    } else {
+        (&q, &d_o, &kk, &v)
+    };
+    cx.line(1, &staged(a1, "x1", d, "X1S", "row0", rows_len));
+    cx.line(1, &staged(a2, "x2", dv, "X2S", "row0", rows_len));
+    cx.line(1, "workgroupBarrier();");
+    let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
+    let mut t = String::new();
+    for n in 0..score_tiles {
+        for (name, array, stride, width) in [("fa", "x1", s1, d), ("fb", "x2", s2, dv)] {
+            for step in 0..width / SIDE {
+                writeln!(
+                    t,
+                    "let {name}{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&{array}[((sg_id + {}u) / {}u) * {}u + {}u], {});",
+                    n * SUBGROUPS,
+                    COLS / SIDE,
+                    SIDE * stride,
+                    SIDE * step,
+                    if array == "x1" { "X1S" } else { "X2S" }
+                )
+                .unwrap();
+            }
+        }
+    }
+    t.push_str("workgroupBarrier();");
+    cx.line(1, &t);
+    // the accumulators: dQ (rows × d), or dK (rows × d) and dV (rows × dv)
+    let accumulators: Vec<(&str, usize)> = if by_keys {
+        vec![("ak", d), ("av", dv)]
+    } else {
+        vec![("aq", d)]
+    };
+    let mut t = String::new();
+    for &(name, width) in &accumulators {
+        for n in 0..(ROWS / SIDE) * (width / SIDE) / SUBGROUPS {
+            writeln!(t, "var {name}{n} = coop_mat16x16<f32, C>();").unwrap();
+        }
+    }
+    let per = COLS / PER_ROW;
+    write!(
+        t,
+        "var x: array<f32, {per}>;\nvar y: array<f32, {per}>;\nlet blocks = ({cols_len} + {COLS}u - 1u) / {COLS}u;"
+    )
+    .unwrap();
+    if !by_keys {
+        // the row's query: its L and D, once
+        let i = "min(row0 + r, SQ - 1u)";
+        write!(
+            t,
+            "\nlet lq = {};\nlet dq = {};",
+            lse.load(i, "0u"),
+            delta.load(i, "0u")
+        )
+        .unwrap();
+    }
+    cx.line(1, &t);
+    cx.line(1, "for (var cb = 0u; cb < blocks; cb = cb + 1u) {");
+    cx.line(1, &format!("let col0 = cb * {COLS}u;"));
+    let (r1, c1) = (
+        format!("row0 + {}u", ROWS - 1),
+        format!("col0 + {}u", COLS - 1),
+    );
+    let (queries, keys) = if by_keys {
+        (("col0", c1.as_str()), ("row0", r1.as_str()))
+    } else {
+        (("row0", r1.as_str()), ("col0", c1.as_str()))
+    };
+    let dead = cx.dead(queries, keys);
+    cx.line(1, &if_live(&dead));
+    cx.line(2, &staged(b1, "x1", d, "X1S", "col0", cols_len));
+    cx.line(2, &staged(b2, "x2", dv, "X2S", "col0", cols_len));
+    cx.line(2, "workgroupBarrier();");
+    // S (or Sᵀ) and dP (or dPᵀ): B = the staged block transposed (column-major)
+    let col = |c: usize| format!("((rot + {c}u) % {per}u)");
+    cx.line(
+        2,
+        &format!("let sb = r * {COLS}u + h * {per}u;\nlet pb = r * PS + h * {per}u;"),
+    );
+    for (reg, a, array, stride, width) in [("x", "fa", "x1", s1, d), ("y", "fb", "x2", s2, dv)] {
+        let stride_name = if array == "x1" { "X1S" } else { "X2S" };
+        cx.tiles(
+            (ROWS / SIDE, COLS / SIDE, width / SIDE),
+            &|n, step| {
+                (
+                    format!("{a}{n}_{step}"),
+                    format!(
+                        "coopLoad<coop_mat16x16<f16, B>>(&{array}[ct * {}u + {}u], {stride_name})",
+                        SIDE * stride,
+                        SIDE * step
+                    ),
+                )
+            },
+            None,
+        );
+        let mut t = String::from("workgroupBarrier();\n");
+        for c in 0..per {
+            writeln!(t, "{reg}[{c}] = ss[sb + {}];", col(c)).unwrap();
+        }
+        t.push_str("workgroupBarrier();");
+        cx.line(2, &t);
+    }
+    // P into x, G into y (see the plain kernels' `probabilities_and_gradients`)
+    let (mut fast, mut general) = (String::new(), String::new());
+    let corner = cx.coords(queries.0, keys.0);
+    for c in 0..per {
+        let other = format!("col0 + h * {per}u + {}", col(c));
+        let (i, j) = if by_keys {
+            (other.clone(), "row0 + r".to_string())
+        } else {
+            ("row0 + r".to_string(), other.clone())
+        };
+        let (lq, dq) = if by_keys {
+            let ic = format!("min({i}, SQ - 1u)");
+            (lse.load(&ic, "0u"), delta.load(&ic, "0u"))
+        } else {
+            ("lq".to_string(), "dq".to_string())
+        };
+        let co = cx.coords(&format!("min({i}, SQ - 1u)"), &format!("min({j}, SK - 1u)"));
+        writeln!(
+            fast,
+            "{{ let pr = exp(score(x[{c}], {corner}) - {lq}); y[{c}] = dscore(pr * (y[{c}] - {dq}), {corner}); x[{c}] = pr; }}"
+        )
+        .unwrap();
+        writeln!(
+            general,
+            "{{ let live = {i} < SQ && {j} < SK; let pr = select(0.0, exp(score(x[{c}], {co}) - {lq}), live); y[{c}] = select(0.0, dscore(pr * (y[{c}] - {dq}), {co}), live); x[{c}] = pr; }}"
+        )
+        .unwrap();
+    }
+    cx.scores(queries, keys, &fast, &general);
+    // the accumulated products: A = P or G from `ps` (row-major), B = a staged block
+    // (row-major)
+    let write = |reg: &str| {
+        let mut t = String::new();
+        for c in 0..per {
+            writeln!(t, "ps[pb + {}] = f16({reg}[{c}]);", col(c)).unwrap();
+        }
+        t.push_str("workgroupBarrier();");
+        t
+    };
+    let products: Vec<(&str, &str, &str, usize, usize)> = if by_keys {
+        vec![("x", "av", "x2", s2, dv), ("y", "ak", "x1", s1, d)]
+    } else {
+        vec![("y", "aq", "x1", s1, d)]
+    };
+    for (i, &(reg, acc, array, stride, width)) in products.iter().enumerate() {
+        if i > 0 {
+            // every subgroup done reading `ps` before it is written again
+            cx.line(2, "workgroupBarrier();");
+        }
+        cx.line(2, &write(reg));
+        let stride_name = if array == "x1" { "X1S" } else { "X2S" };
+        cx.tiles((ROWS / SIDE, width / SIDE, COLS / SIDE), &|_, step| {
+            (
+                format!(
+                    "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
+                    SIDE * ps,
+                    SIDE * step
+                ),
+                format!(
+                    "coopLoadT<coop_mat16x16<f16, B>>(&{array}[{}u + ct * {SIDE}u], {stride_name})",
+                    SIDE * step * stride
+                ),
+            )
+        }, Some(acc));
+    }
+    cx.line(1, "}");
+    cx.line(1, "}");
+    // the results through `ss`, one accumulator at a time
+    for (out, &(acc, width)) in outs.iter().zip(&accumulators) {
+        cx.line(1, "workgroupBarrier();");
+        cx.store_accumulator(acc, ROWS / SIDE, width / SIDE);
+        cx.line(
+            1,
+            &format!(
+                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = e / {width}u; let c = e % {width}u; if (row0 + i < {rows_len}) {{ {}[{}] = ss[i * {COLS}u + c]; }} }}",
+                ROWS * width / THREADS,
+                out.arena,
+                out.at("row0 + i", "c")
+            ),
+        );
+    }
+    let staging = |width: usize| (ROWS * width / THREADS) as u64;
+    let walked = if by_keys { k.sq } else { k.sk };
+    e.loop_trips(
+        2 * (staging(d) + staging(dv))
+            + walked.div_ceil(COLS) as u64 * (1 + staging(d) + staging(dv)),
+    );
+    let mut s = cx.s;
+    s.push_str("}\n");
+    (s, grid, workgroup_bytes(d, dv) as u32)
+}
+
+/// Declares the two staged `f16` arrays `(name, stride constant)` (64 rows of `d` and `dv`
+/// halves, padded), `ps` (64 × 64, padded), `ss` (64 × 64 `f32`) and the block-skip verdict,
+/// and opens `main` with the invocation's row `r`, quarter `h` and rotation `rot`; returns the
+/// three `f16` row strides.
+fn header(s: &mut String, staged: [(&str, &str); 2], d: usize, dv: usize) -> (usize, usize, usize) {
+    let strides = (d + PAD, dv + PAD, COLS + PAD);
+    let [(n1, c1), (n2, c2)] = staged;
+    writeln!(
+        s,
+        "const {c1}: u32 = {}u;\nconst {c2}: u32 = {}u;\nconst PS: u32 = {}u;",
+        strides.0, strides.1, strides.2
+    )
+    .unwrap();
+    let arrays = [
+        (n1, "f16", COLS * strides.0),
+        (n2, "f16", COLS * strides.1),
+        ("ss", "f32", ROWS * COLS),
+        ("ps", "f16", ROWS * strides.2),
+    ];
+    for (name, ty, n) in arrays {
+        writeln!(s, "var<workgroup> {name}: array<{ty}, {n}>;").unwrap();
+    }
+    // a whole quad: the H200's driver places the arrays after it, and a cooperative load from
+    // an array that starts off a 16-byte boundary reads from the boundary below (a `u32` here
+    // shifted every operand by two halves)
+    writeln!(s, "var<workgroup> live: vec4<u32>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({THREADS})").unwrap();
+    writeln!(
+        s,
+        "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_id) sg_id: u32) {{"
+    )
+    .unwrap();
+    // the row an invocation owns and its quarter of the columns; the PER_ROW invocations of a
+    // row are neighbouring lanes of one subgroup
+    writeln!(
+        s,
+        "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
+    )
+    .unwrap();
+    strides
+}
+
+/// The emitter state of a tensor-core kernel (its 64 × 64 blocks are tiling A's shape, which
+/// the shared helpers read).
+fn body(s: String, nb: usize, fixed: Option<Vec<String>>) -> Body {
+    Body {
+        s,
+        nb,
+        fixed,
+        stages: 0,
+        t: Tiling::A,
+        lay: Layout::of(&Tiling::A),
+        indent: 0,
+    }
+}
+
+/// Opens the block's body where `dead` (a WGSL bool) is false: naga takes `tile_dead`'s result
+/// for non-uniform, `workgroupUniformLoad`'s for uniform, so the verdict passes through
+/// workgroup memory.
+fn if_live(dead: &str) -> String {
+    format!(
+        "if (lid == 0u) {{ live = vec4<u32>(select(1u, 0u, {dead})); }}\nif (workgroupUniformLoad(&live).x == 1u) {{"
+    )
+}
+
+/// WGSL that stages 64 rows from `first` of `m` (`width` words each) to the `f16` array `name`
+/// at row stride `stride`, zero past `len` (a loop of fixed trip count: control flow stays
+/// uniform for the cooperative operations).
+fn staged(m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &str) -> String {
+    format!(
+        "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let j = e / {width}u; let c = e % {width}u; let g = {first} + j; {name}[j * {stride} + c] = f16(select(0.0, {}, g < {len})); }}",
+        ROWS * width / THREADS,
+        m.load(&format!("min(g, {len} - 1u)"), "c"),
+    )
+}
+
 /// `max` over `items`, as a balanced tree.
 fn max_tree(items: &[String]) -> String {
     match items {
@@ -325,37 +625,64 @@ fn max_tree(items: &[String]) -> String {
 }
 
 impl Body {
+    /// Stores the accumulators `{name}{n}` (tiles of a `rows × cols` grid, as
+    /// [`Body::tiles`] divides them) row-major to `ss`.
+    fn store_accumulator(&mut self, name: &str, rows: usize, cols: usize) {
+        let mut t = String::new();
+        for n in 0..rows * cols / SUBGROUPS {
+            // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
+            writeln!(
+                t,
+                "{{ let tile = sg_id + {}u; let res = {name}{n}; let at = (tile / {cols}u) * {}u + (tile % {cols}u) * {SIDE}u; coopStoreT(res, &ss[at], {COLS}u); }}",
+                n * SUBGROUPS,
+                SIDE * COLS
+            )
+            .unwrap();
+        }
+        self.line(1, &t);
+    }
+
     /// The `rows × cols` result tiles (16 × 16) of a product of `steps` 16-deep steps, tile
-    /// `sg_id + 8n` to subgroup `sg_id` (`n` unrolled), stored row-major to `ss` (64 words a
-    /// row); `operands(n, step)` gives the A and B operands of a step, in terms of the tile's
-    /// `rt` and `ct`.
+    /// `sg_id + 8n` to subgroup `sg_id` (`n` unrolled): added to the accumulators `{name}{n}`
+    /// where `into` names them, else stored row-major to `ss` (64 words a row).
+    /// `operands(n, step)` gives the A and B operands of a step, in terms of the tile's `rt`
+    /// and `ct`.
     fn tiles(
         &mut self,
-        rows: usize,
-        cols: usize,
-        steps: usize,
+        (rows, cols, steps): (usize, usize, usize),
         operands: &dyn Fn(usize, usize) -> (String, String),
+        into: Option<&str>,
     ) {
         debug_assert!((rows * cols).is_multiple_of(SUBGROUPS));
         let mut t = String::new();
         for n in 0..rows * cols / SUBGROUPS {
             writeln!(
                 t,
-                "{{\n  let tile = sg_id + {}u;\n  let rt = tile / {cols}u;\n  let ct = tile % {cols}u;\n  var acc = coop_mat16x16<f32, C>();",
+                "{{\n  let tile = sg_id + {}u;\n  let rt = tile / {cols}u;\n  let ct = tile % {cols}u;",
                 n * SUBGROUPS
             )
             .unwrap();
+            let acc = match into {
+                Some(name) => format!("{name}{n}"),
+                None => {
+                    t.push_str("  var acc = coop_mat16x16<f32, C>();\n");
+                    "acc".to_string()
+                }
+            };
             for step in 0..steps {
                 let (a, b) = operands(n, step);
-                writeln!(t, "  acc = coopMultiplyAdd({a}, {b}, acc);").unwrap();
+                writeln!(t, "  {acc} = coopMultiplyAdd({a}, {b}, {acc});").unwrap();
             }
-            // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
-            writeln!(
-                t,
-                "  let res = acc;\n  let at = rt * {}u + ct * {SIDE}u;\n  coopStoreT(res, &ss[at], {COLS}u);\n}}",
-                SIDE * COLS
-            )
-            .unwrap();
+            if into.is_none() {
+                // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
+                writeln!(
+                    t,
+                    "  let res = acc;\n  let at = rt * {}u + ct * {SIDE}u;\n  coopStoreT(res, &ss[at], {COLS}u);",
+                    SIDE * COLS
+                )
+                .unwrap();
+            }
+            t.push_str("}\n");
         }
         self.line(2, &t);
     }

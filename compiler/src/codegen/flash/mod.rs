@@ -45,9 +45,9 @@
 //! its corner's coordinates, which the shader compiler hoists, and skip the ragged-edge tests
 //! (3–4% of a causal forward + backward on the H200).
 //!
-//! **Tensor cores.** With [`crate::Options::tensor_cores`], the forward's products run as
-//! cooperative matrices of `f16` operands where its head dimensions allow ([`coop`]); every
-//! other kernel and shape keeps the `f32` forms here.
+//! **Tensor cores.** With [`crate::Options::tensor_cores`], the forward's and the split
+//! backward's products run as cooperative matrices of `f16` operands where the head
+//! dimensions allow ([`coop`]); the whole backward and other shapes keep the `f32` forms here.
 //!
 //! **Limits.** Any sequence lengths (ragged blocks are masked), head dimensions up to 256 (the
 //! accumulators are registers), batch axes with broadcasting. An invocation runs
@@ -65,7 +65,7 @@ use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
 
-mod coop;
+pub mod coop;
 
 /// Words per `vec4<f32>` quad.
 const QUAD: usize = 4;
@@ -419,7 +419,7 @@ pub fn emit(
     // extents, so naga's clamps are redundant (they cost these kernels 12%).
     e.indices_in_range();
     if tensor_cores && coop::takes(k) {
-        return coop::emit_forward(e, k);
+        return coop::emit(e, k);
     }
     let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
     let lay = Layout::of(&t);

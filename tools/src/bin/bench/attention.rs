@@ -20,7 +20,7 @@ use sinter_cli::flags::Attention;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Policy {
     Flash,
-    /// The flash kernels with the forward's products on tensor cores (`f16` operands; as
+    /// The flash kernels with their products on tensor cores (`f16` operands; as
     /// `sinter compile --tensor-cores`); its results differ from `f32` ones by ~1e-3 relative.
     FlashTc,
     /// The flash kernels with the backward as separate dQ and dK/dV kernels.
