@@ -274,7 +274,7 @@ impl Emitter<'_> {
         }
         // The ops a kernel covers are listed in the artifact, not here, so that dispatches of
         // one structure share the text.
-        let vec4s = self.params.len().div_ceil(4).max(1);
+        let vec4s = self.params.len().div_ceil(PARAM_WORDS_PER_VEC).max(1);
         let mut head = String::new();
         if self.cooperative {
             head.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n");
@@ -304,7 +304,7 @@ impl Emitter<'_> {
         let wgsl = module(body);
         let subgroup_wgsl = self.subgroup_body.as_deref().map(module);
         let mut params = self.params;
-        params.resize(vec4s * 4, 0);
+        params.resize(vec4s * PARAM_WORDS_PER_VEC, 0);
         Ok(KernelSource {
             wgsl,
             subgroup_wgsl,

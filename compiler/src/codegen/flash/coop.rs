@@ -137,17 +137,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
     let mut t = String::new();
     for n in 0..score_tiles {
-        for step in 0..d / SIDE {
-            writeln!(
-                t,
-                "let qa{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&ps[((sg_id + {}u) / {}u) * {}u + {}u], KS);",
-                n * SUBGROUPS,
-                COLS / SIDE,
-                SIDE * ks,
-                SIDE * step
-            )
-            .unwrap();
-        }
+        t.push_str(&fragments(n, "qa", ("ps", "KS", ks), d));
     }
     t.push_str("workgroupBarrier();");
     cx.line(1, &t);
@@ -215,7 +205,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     cx.scores(("row0", &i1), ("col0", &j1), &fast, &general);
     // the row's new maximum (see the plain forward on `max`), probabilities, sums
     let xs: Vec<String> = (0..per).map(|c| format!("x[{c}]")).collect();
-    let mut t = format!("var mb = {};\n", max_tree(&xs));
+    let mut t = format!("var mb = {};\n", max_all(&xs));
     for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
         writeln!(t, "mb = max(mb, subgroupShuffleXor(mb, {lane}u));").unwrap();
     }
@@ -324,6 +314,8 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
     let (mut s, fixed) = score_functions(e, k);
     let (s1, s2, ps) = header(&mut s, [("x1", "X1S"), ("x2", "X2S")], d, dv);
+    // the staged arrays: (name, stride constant, stride)
+    let (x1, x2) = (("x1", "X1S", s1), ("x2", "X2S", s2));
     let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
     let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
@@ -353,20 +345,8 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
     let mut t = String::new();
     for n in 0..score_tiles {
-        for (name, array, stride, width) in [("fa", "x1", s1, d), ("fb", "x2", s2, dv)] {
-            for step in 0..width / SIDE {
-                writeln!(
-                    t,
-                    "let {name}{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&{array}[((sg_id + {}u) / {}u) * {}u + {}u], {});",
-                    n * SUBGROUPS,
-                    COLS / SIDE,
-                    SIDE * stride,
-                    SIDE * step,
-                    if array == "x1" { "X1S" } else { "X2S" }
-                )
-                .unwrap();
-            }
-        }
+        t.push_str(&fragments(n, "fa", x1, d));
+        t.push_str(&fragments(n, "fb", x2, dv));
     }
     t.push_str("workgroupBarrier();");
     cx.line(1, &t);
@@ -422,8 +402,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         2,
         &format!("let sb = r * {COLS}u + h * {per}u;\nlet pb = r * PS + h * {per}u;"),
     );
-    for (reg, a, array, stride, width) in [("x", "fa", "x1", s1, d), ("y", "fb", "x2", s2, dv)] {
-        let stride_name = if array == "x1" { "X1S" } else { "X2S" };
+    for (reg, a, (array, stride_name, stride), width) in [("x", "fa", x1, d), ("y", "fb", x2, dv)] {
         cx.tiles(
             (ROWS / SIDE, COLS / SIDE, width / SIDE),
             &|n, step| {
@@ -484,18 +463,17 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         t.push_str("workgroupBarrier();");
         t
     };
-    let products: Vec<(&str, &str, &str, usize, usize)> = if by_keys {
-        vec![("x", "av", "x2", s2, dv), ("y", "ak", "x1", s1, d)]
+    let products = if by_keys {
+        vec![("x", "av", x2, dv), ("y", "ak", x1, d)]
     } else {
-        vec![("y", "aq", "x1", s1, d)]
+        vec![("y", "aq", x1, d)]
     };
-    for (i, &(reg, acc, array, stride, width)) in products.iter().enumerate() {
+    for (i, &(reg, acc, (array, stride_name, stride), width)) in products.iter().enumerate() {
         if i > 0 {
             // every subgroup done reading `ps` before it is written again
             cx.line(2, "workgroupBarrier();");
         }
         cx.line(2, &write(reg));
-        let stride_name = if array == "x1" { "X1S" } else { "X2S" };
         cx.tiles((ROWS / SIDE, width / SIDE, COLS / SIDE), &|_, step| {
             (
                 format!(
@@ -579,6 +557,30 @@ fn header(s: &mut String, staged: [(&str, &str); 2], d: usize, dv: usize) -> (us
     strides
 }
 
+/// WGSL binding `{name}{n}_{step}` to the A operands (16 × 16, row-major) of the rows of the
+/// subgroup's score tile `sg_id + 8n` (rows `(sg_id + 8n) / 4`), `width` halves deep, from the
+/// staged array `(name, stride constant, stride)`.
+fn fragments(
+    n: usize,
+    name: &str,
+    (array, stride_name, stride): (&str, &str, usize),
+    width: usize,
+) -> String {
+    let mut t = String::new();
+    for step in 0..width / SIDE {
+        writeln!(
+            t,
+            "let {name}{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&{array}[((sg_id + {}u) / {}u) * {}u + {}u], {stride_name});",
+            n * SUBGROUPS,
+            COLS / SIDE,
+            SIDE * stride,
+            SIDE * step
+        )
+        .unwrap();
+    }
+    t
+}
+
 /// The emitter state of a tensor-core kernel (its 64 × 64 blocks are tiling A's shape, which
 /// the shared helpers read).
 fn body(s: String, nb: usize, fixed: Option<Vec<String>>) -> Body {
@@ -611,17 +613,6 @@ fn staged(m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &st
         ROWS * width / THREADS,
         m.load(&format!("min(g, {len} - 1u)"), "c"),
     )
-}
-
-/// `max` over `items`, as a balanced tree.
-fn max_tree(items: &[String]) -> String {
-    match items {
-        [one] => one.clone(),
-        _ => {
-            let (a, b) = items.split_at(items.len() / 2);
-            format!("max({}, {})", max_tree(a), max_tree(b))
-        }
-    }
 }
 
 impl Body {
