@@ -293,6 +293,24 @@ fn broadcast_heads_and_forward_only() {
     });
 }
 
+/// Forward and backward of an attention at GPT-2's heads (B 4, H 12), sequence length `s`,
+/// head dim `d`.
+fn gpt2_heads(s: usize, d: usize, causal: bool) -> sinter_ir::Graph {
+    program(&format!(
+        "graph a {{
+  input q: f32[4, 12, {s}, {d}]
+  input k: f32[4, 12, {s}, {d}]
+  input v: f32[4, 12, {s}, {d}]
+  input w: f32[4, 12, {s}, {d}]
+  o = attention(q, k, v, causal={causal})
+  loss = sum(mul(o, w))
+  dq, dk, dv = grad(loss, q, k, v)
+  output loss, dq, dk, dv
+}}
+"
+    ))
+}
+
 /// The cost model's choice is never costlier than the unfused products: extraction's local
 /// search cannot leave flash kernels it started with, so the optimizer also extracts without
 /// them and keeps the cheaper choice. At GPT-2's heads (B 4, H 12, D 64) the model picks the
@@ -313,20 +331,7 @@ fn auto_is_never_costlier_than_the_unfused_products() {
         (1024, 128, true, true),
         (2048, 128, true, true),
     ] {
-        let src = format!(
-            "graph a {{
-  input q: f32[4, 12, {s}, {d}]
-  input k: f32[4, 12, {s}, {d}]
-  input v: f32[4, 12, {s}, {d}]
-  input w: f32[4, 12, {s}, {d}]
-  o = attention(q, k, v, causal={causal})
-  loss = sum(mul(o, w))
-  dq, dk, dv = grad(loss, q, k, v)
-  output loss, dq, dk, dv
-}}
-"
-        );
-        let g = program(&src);
+        let g = gpt2_heads(s, d, causal);
         let with = |attention| {
             optimize(
                 &g,
@@ -363,5 +368,41 @@ fn auto_is_never_costlier_than_the_unfused_products() {
             assert!(flash_kinds(&kg).is_empty(), "split: {:?}", flash_kinds(&kg));
             assert!(split.cost_after > auto.cost_after);
         }
+    }
+}
+
+/// With tensor cores (`Config::tensor_cores`) the cost model prices the kernels that have
+/// tensor-core forms at those forms' rate, and the backward split where its kernels have them
+/// (the whole backward has none): at head dim 64 all three kernels, at 128 the forward only,
+/// the backward staying whole. At S = 512 and 1024 not causal, where `auto` keeps the unfused
+/// products in `f32`, it takes the tensor-core kernels, as measured on the H200 (BENCHMARKS.md,
+/// "Attention": 0.311 against 0.649 ms and 0.987 against 1.955 for the unfused products).
+#[test]
+fn tensor_cores_price_their_kernels() {
+    use FlashKind::*;
+    for (s, d, causal, want) in [
+        (2048, 64, true, &[Forward, BackwardDq, BackwardDkDv][..]),
+        (512, 64, false, &[Forward, BackwardDq, BackwardDkDv][..]),
+        (1024, 64, false, &[Forward, BackwardDq, BackwardDkDv][..]),
+        (2048, 128, true, &[Forward, Backward][..]),
+    ] {
+        let g = gpt2_heads(s, d, causal);
+        let (_, plain) = optimize(&g, &Config::default());
+        let (kg, tc) = optimize(
+            &g,
+            &Config {
+                tensor_cores: true,
+                ..Config::default()
+            },
+        );
+        let mut want = want.to_vec();
+        want.sort();
+        assert_eq!(flash_kinds(&kg), want, "S = {s}, D = {d}, causal {causal}");
+        assert!(
+            tc.cost_after < plain.cost_after,
+            "S = {s}, D = {d}, causal {causal}: {} us with tensor cores against {} us",
+            tc.cost_after / 1e3,
+            plain.cost_after / 1e3
+        );
     }
 }

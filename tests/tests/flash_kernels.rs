@@ -364,12 +364,12 @@ fn backward_whole() {
 }
 
 /// The forward, dQ and dK/dV kernels on tensor cores (`Options::tensor_cores`: f16 operands,
-/// f32 accumulation)
-/// against the semantics, within what f16 operands allow, on an adapter with cooperative
-/// matrices: every mask, ragged lengths, grouped heads, the uniform-mask fast path, and a head
-/// dimension the tensor-core form does not take (128, the plain kernel). Where the adapter has
-/// none (Mesa's software Vulkan, so CI), the artifact still compiles and validates, and
-/// loading refuses it by the feature's name.
+/// f32 accumulation) against the semantics, within what f16 operands allow, on an adapter with
+/// cooperative matrices: every mask, ragged lengths, grouped heads, the uniform-mask fast path,
+/// the forward at head dims past 64 (key and value blocks in turn, `P·V` in passes), and head
+/// dims the backward's forms do not take (the plain kernels). Every kernel compiles and
+/// validates on any adapter; where the adapter has no cooperative matrices (Mesa's software
+/// Vulkan, so CI), loading refuses them by the feature's name.
 #[test]
 fn tensor_cores() {
     let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -387,37 +387,31 @@ fn tensor_cores() {
         c(vec![1, 3], 40, 40, 16, 32, Mask::Causal, true),
         c(vec![1, 2], 300, 300, 64, 64, Mask::Causal, false),
         c(vec![2, 1], 260, 200, 48, 64, Mask::None, false),
+        // the forward's key and value blocks in turn in one array, P·V in two passes
         c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
+        c(vec![1, 2], 130, 150, 128, 64, Mask::Window(40), false),
+        c(vec![1, 2], 70, 90, 96, 128, Mask::None, true),
         // the backward's tensor-core forms take head dims of 32 and 64 only
         c(vec![1, 3], 40, 40, 32, 32, Mask::Causal, true),
         c(vec![1, 1], 1, 1, 32, 64, Mask::Causal, false),
     ];
-    let probe = sinter_compiler::compile_kernel_graph(
-        &flash_graph(&cases[0], FlashKind::Forward),
-        &options,
-    )
-    .unwrap_or_else(|e| panic!("compile: {e}"));
-    assert!(
-        probe
-            .requirements
-            .features
-            .iter()
-            .any(|f| f == "EXPERIMENTAL_COOPERATIVE_MATRIX"),
-        "{:?}",
-        probe.requirements
-    );
-    if let Err(e) = Session::load_with(probe, &choice) {
-        let e = e.to_string();
-        assert!(e.contains("EXPERIMENTAL_COOPERATIVE_MATRIX"), "{e}");
-        eprintln!("no tensor cores here, the artifact is refused: {e}");
+    let kinds = [
+        FlashKind::Forward,
+        FlashKind::BackwardDq,
+        FlashKind::BackwardDkDv,
+    ];
+    // every kernel compiles, and naga validates it, on any adapter
+    for case in &cases {
+        for kind in kinds {
+            sinter_compiler::compile_kernel_graph(&flash_graph(case, kind), &options)
+                .unwrap_or_else(|e| panic!("compile {kind:?} d={} dv={}: {e}", case.d, case.dv));
+        }
+    }
+    if !tensor_cores_here(&choice) {
         return;
     }
     for case in &cases {
-        for kind in [
-            FlashKind::Forward,
-            FlashKind::BackwardDq,
-            FlashKind::BackwardDkDv,
-        ] {
+        for kind in kinds {
             eprintln!(
                 "tensor cores: {kind:?} {:?} {}x{} d={} dv={}",
                 case.mask, case.sq, case.sk, case.d, case.dv
@@ -437,10 +431,38 @@ fn tensor_cores() {
 /// query's `dQ` through `0 · NaN`. So the backward kernels meet the semantics on special
 /// values only where no block is skipped (no mask), or where the special values lie where
 /// every query sees them (the first key, the last query).
+///
+/// The same again on tensor cores where the adapter has them.
 #[test]
 fn special_values() {
     let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let backward = [
+        FlashKind::BackwardDq,
+        FlashKind::BackwardDkDv,
+        FlashKind::Backward,
+    ];
     let options = sinter_compiler::Options::default();
+    special_values_under(&options, &choice, [16, 16, 8], 16, &backward);
+    // the tensor-core forms (head dims they take; no whole backward), where the adapter has
+    // them: the f16 operands keep NaN and ±inf
+    let options = sinter_compiler::Options {
+        tensor_cores: true,
+        ..Default::default()
+    };
+    if tensor_cores_here(&choice) {
+        special_values_under(&options, &choice, [32, 32, 32], 32, &backward[..2]);
+    }
+}
+
+/// [`special_values`] compiled with `options`: the forward of three cases (head dims
+/// `forward`) and the `backward` kernels (head dim `d`).
+fn special_values_under(
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+    forward: [usize; 3],
+    d: usize,
+    backward: &[FlashKind],
+) {
     let c = |sq, sk, d, mask| Case {
         batch: vec![1, 2],
         sq,
@@ -450,34 +472,55 @@ fn special_values() {
         mask,
         shared_kv: false,
     };
-    let backward = [
-        FlashKind::BackwardDq,
-        FlashKind::BackwardDkDv,
-        FlashKind::Backward,
-    ];
     for case in [
-        c(300, 300, 16, Mask::Causal),
-        c(260, 280, 16, Mask::None),
-        c(300, 270, 8, Mask::Window(100)),
+        c(300, 300, forward[0], Mask::Causal),
+        c(260, 280, forward[1], Mask::None),
+        c(300, 270, forward[2], Mask::Window(100)),
     ] {
-        check_special(&case, FlashKind::Forward, &options, &choice, &SPECIAL);
+        check_special(&case, FlashKind::Forward, options, choice, &SPECIAL);
     }
-    for kind in backward {
-        check_special(
-            &c(260, 280, 16, Mask::None),
-            kind,
-            &options,
-            &choice,
-            &SPECIAL,
-        );
+    for &kind in backward {
+        check_special(&c(260, 280, d, Mask::None), kind, options, choice, &SPECIAL);
         let seen_by_all = [
             ("q", 299, 0, f64::NAN),
             ("q", 299, 1, f64::INFINITY),
             ("k", 0, 2, f64::NAN),
             ("k", 0, 3, f64::NEG_INFINITY),
         ];
-        let causal = c(300, 300, 16, Mask::Causal);
-        check_special(&causal, kind, &options, &choice, &seen_by_all);
+        let causal = c(300, 300, d, Mask::Causal);
+        check_special(&causal, kind, options, choice, &seen_by_all);
+    }
+}
+
+/// Whether the adapter of `choice` runs tensor-core artifacts. Where it does not (Mesa's
+/// software Vulkan, so CI), such an artifact still compiles, validates and names the feature
+/// it needs, and loading refuses it by that name.
+fn tensor_cores_here(choice: &AdapterChoice) -> bool {
+    let options = sinter_compiler::Options {
+        tensor_cores: true,
+        ..Default::default()
+    };
+    let case = Case::new(vec![1, 2], 17, 17, 16, 32, Mask::None, false);
+    let probe =
+        sinter_compiler::compile_kernel_graph(&flash_graph(&case, FlashKind::Forward), &options)
+            .unwrap_or_else(|e| panic!("compile: {e}"));
+    assert!(
+        probe
+            .requirements
+            .features
+            .iter()
+            .any(|f| f == "EXPERIMENTAL_COOPERATIVE_MATRIX"),
+        "{:?}",
+        probe.requirements
+    );
+    match Session::load_with(probe, choice) {
+        Ok(_) => true,
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("EXPERIMENTAL_COOPERATIVE_MATRIX"), "{e}");
+            eprintln!("no tensor cores here, the artifact is refused: {e}");
+            false
+        }
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Settings {
     /// Lowering keeps an attention's dQ and dK/dV kernels apart (`--flash-backward split`), so
     /// the dQ kernel costs its own products, not the merged kernel's share.
     pub split_flash_backward: bool,
+    /// [`crate::Options::tensor_cores`]: flash kernels with tensor-core forms run their
+    /// products at those forms' rate, and their backward stays split.
+    pub tensor_cores: bool,
 }
 
 impl Default for Settings {
@@ -67,6 +70,7 @@ impl Default for Settings {
             forbid_flash: false,
             max_binding: u64::MAX,
             split_flash_backward: false,
+            tensor_cores: false,
         }
     }
 }
@@ -92,7 +96,7 @@ pub fn node_cost(g: &Graph, n: &ENode) -> f64 {
     let out = |g: &Graph| super::analysis::node_type(g, n).size_bytes() as f64;
     match &n.head {
         Head::Leaf(_) | Head::Root | Head::Proj(_) => 0.0,
-        Head::Flash(spec) => flash_cost(g, spec, &n.kids, true),
+        Head::Flash(spec) => flash_cost(g, spec, &n.kids, true, false),
         Head::Kernel(p) => kernel_cost(g, p, &n.kids, out(g)),
         Head::Epilogue(anchor, _, p) => {
             let split = n.anchor_operands();
@@ -145,19 +149,43 @@ fn window_cost(g: &Graph, kids: &[Id], out: f64) -> f64 {
 /// (head dim 64, S = 1024 causal: flash 2.024 ms, unfused 2.045, auto picks unfused).
 pub const FLASH_FLOPS_PER_NS: f64 = 16000.0;
 
+/// How much faster the tensor-core forward ([`crate::codegen::flash::coop`]) runs its products
+/// than the `f32` kernel the flash rate was fitted to: the H200 at S = 2048 causal, head
+/// dimension 64 (B = 4, H = 12), ran the forward in 0.640 ms against 1.214.
+pub const TENSOR_CORE_FORWARD_SPEEDUP: f64 = 1.9;
+
+/// The same for the tensor-core dQ and dK/dV kernels, per product the model counts: in the
+/// same call they took 0.673 + 0.869 ms for `d + 2·dv` and `2·d + 2·dv` products where the
+/// `f32` whole backward took 2.729 + 0.112 (its dQ sum) for `3·d + 2·dv`: 3.44 against 8.88 µs
+/// a product.
+pub const TENSOR_CORE_BACKWARD_SPEEDUP: f64 = 2.5;
+
 /// A flash kernel: a launch, its operands and results once, and its products (those of the
 /// blocks its mask leaves live) at the flash rate.
 /// [`node_cost`] as lowering will build the node under `settings` (a dQ flash kernel that stays
 /// apart from its dK/dV kernel costs its own products).
 fn model_cost(g: &Graph, n: &ENode, settings: &Settings) -> f64 {
     match &n.head {
-        Head::Flash(spec) if settings.split_flash_backward => flash_cost(g, spec, &n.kids, false),
+        Head::Flash(spec) => flash_cost(
+            g,
+            spec,
+            &n.kids,
+            !settings.split_flash_backward,
+            settings.tensor_cores,
+        ),
         _ => node_cost(g, n),
     }
 }
 
-/// `merge`: lowering merges a dQ kernel into its dK/dV kernel where it can (the default).
-fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: bool) -> f64 {
+/// `merge`: lowering merges a dQ kernel into its dK/dV kernel where it can (the default);
+/// `tensor_cores`: as [`Settings::tensor_cores`].
+fn flash_cost(
+    g: &Graph,
+    spec: &crate::flash::FlashSpec,
+    kids: &[Id],
+    merge: bool,
+    tensor_cores: bool,
+) -> f64 {
     use crate::flash::FlashKind;
     let types: Vec<sinter_ir::TensorType> = kids.iter().map(|&k| g[k].data.ty.clone()).collect();
     let outs = spec.output_types(&types);
@@ -174,8 +202,17 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
     // Where lowering makes the dQ kernel part of the dK/dV kernel (`merge-flash-backward`, on
     // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
     // and the partial sums written and added.
-    // (the estimate of the `f32` kernels, also under `--tensor-cores`)
-    let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v, false);
+    let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v, tensor_cores);
+    let speedup = if tensor_cores
+        && crate::codegen::flash::coop::takes_shape(spec.kind, d as usize, dv as usize)
+    {
+        match spec.kind {
+            FlashKind::Forward => TENSOR_CORE_FORWARD_SPEEDUP,
+            _ => TENSOR_CORE_BACKWARD_SPEEDUP,
+        }
+    } else {
+        1.0
+    };
     let products = match spec.kind {
         FlashKind::Forward => d + dv,
         FlashKind::BackwardDq if merged => d,
@@ -196,9 +233,13 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
         spec.kind
     };
     let by_keys = matches!(kind, FlashKind::BackwardDkDv | FlashKind::Backward);
-    let rows = crate::codegen::flash::Tiling::DEFAULT
-        .for_kernel(kind, d as usize, dv as usize)
-        .rows;
+    let rows = if speedup > 1.0 {
+        crate::codegen::flash::coop::ROWS
+    } else {
+        crate::codegen::flash::Tiling::DEFAULT
+            .for_kernel(kind, d as usize, dv as usize)
+            .rows
+    };
     let per_block = crate::flash::live_per_row_block(&spec.score, rows, by_keys);
     let batch: usize = spec.score.domain[..r - 2].iter().product();
     let balance = sm_balance(batch, &per_block, crate::codegen::matmul::SMS);
@@ -209,7 +250,7 @@ fn flash_cost(g: &Graph, spec: &crate::flash::FlashSpec, kids: &[Id], merge: boo
     } else {
         (LAUNCH_NS, bytes)
     };
-    launch + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / balance
+    launch + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / speedup / balance
 }
 
 /// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` keep

@@ -209,6 +209,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
         forbid_flash: false,
         split_flash_backward: !config.merge_flash_backward,
         max_binding: config.max_binding,
+        tensor_cores: config.tensor_cores,
     };
     // Extraction's local search does not leave the flash kernels once they are in (their
     // forward, backward and row statistics switch together, which no single move does): the

@@ -102,6 +102,10 @@ struct GptArgs {
     /// The flash backward as one kernel or two (as `sinter compile --flash-backward`).
     #[arg(long, value_enum, default_value_t = sinter_cli::flags::FlashBackward::Whole)]
     flash_backward: sinter_cli::flags::FlashBackward,
+    /// Flash kernels on tensor cores where they have such forms (as `sinter compile
+    /// --tensor-cores`).
+    #[arg(long)]
+    tensor_cores: bool,
     /// Only generate and compile (no GPU): compile time and kernel counts.
     #[arg(long)]
     compile_only: bool,
@@ -853,6 +857,7 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         optimize: !args.no_opt,
         attention: args.attention.into(),
         merge_flash_backward: args.flash_backward.merge(),
+        tensor_cores: args.tensor_cores,
         ..Default::default()
     };
     if let Some(bytes) = args.max_binding {
@@ -866,11 +871,13 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         .map_or(0.0, |r| r.total_time.as_secs_f64());
     let artifact = compiled.artifact;
     use sinter_cli::flags::Attention;
-    let impl_name = match (args.no_opt, args.attention) {
-        (true, _) => "sinter-no-opt",
-        (false, Attention::Auto) => "sinter",
-        (false, Attention::Flash) => "sinter-flash",
-        (false, Attention::Unfused) => "sinter-unfused",
+    let impl_name = match (args.no_opt, args.attention, args.tensor_cores) {
+        (true, _, _) => "sinter-no-opt",
+        (false, Attention::Auto, false) => "sinter",
+        (false, Attention::Auto, true) => "sinter-tc",
+        (false, Attention::Flash, false) => "sinter-flash",
+        (false, Attention::Flash, true) => "sinter-flash-tc",
+        (false, Attention::Unfused, _) => "sinter-unfused",
     };
     out.table(&format!(
         "# gpt {}x{} ({} heads, context {}, batch {}, vocab {}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",

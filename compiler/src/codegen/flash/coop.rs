@@ -42,15 +42,27 @@
 //! - every workgroup array on a 16-byte boundary: the verdict is a whole `vec4<u32>`;
 //! - rows of the `f16` tiles padded by 16 bytes ([`PAD`]) against bank conflicts.
 //!
-//! **Limits.** Head dimensions that are multiples of 16 up to 64 (the value's a multiple of
-//! 32) for the forward, 32 or 64 for the backward, so that the tiles fit 43 KiB of workgroup
-//! memory and divide evenly among the subgroups; other shapes keep the plain `f32` kernels.
-//! Skipped blocks as in the plain kernels.
+//! **Staging one block ahead.** The walked side's blocks (keys and values, or queries and `dO`)
+//! are fetched from the arena into registers as `f16` one block ahead: block n + 1's loads are
+//! issued once block n sits in workgroup memory, so their latency hides behind block n's
+//! products, and each invocation writes its registers to the staged arrays when block n + 1
+//! comes ([`Prefetch`]; a block after a skipped one is fetched then). On the H200 this took a
+//! causal attention's forward + backward from 2.204 to 2.118 ms at S = 2048.
+//!
+//! **Wider heads (forward).** Where the key and value blocks would not fit 48 KiB of workgroup
+//! memory side by side (head dimensions past 64), they take turns in one array: the value
+//! block is staged once the scores are out of the products, while the invocations read them,
+//! and `P·V` runs in passes of 64 value columns, each through `ss`.
+//!
+//! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
+//! value's 32, 64 or 128; for the backward, 32 or 64 — so that the tiles fit 48 KiB of
+//! workgroup memory and divide evenly among the subgroups. Other shapes keep the plain `f32`
+//! kernels. Skipped blocks as in the plain kernels.
 
 use super::*;
 
-/// Queries per workgroup.
-const ROWS: usize = 64;
+/// Queries (or keys, for dK/dV) per workgroup.
+pub const ROWS: usize = 64;
 /// Keys per column block.
 const COLS: usize = 64;
 /// Threads per workgroup: four per row.
@@ -59,8 +71,15 @@ const THREADS: usize = 256;
 const PER_ROW: usize = THREADS / ROWS;
 /// The side of a cooperative matrix.
 const SIDE: usize = 16;
-/// Largest head dimension: the tiles at 64 fill 43 KiB of workgroup memory.
+/// Largest head dimension of the backward: its two staged blocks at 64 fill 43 KiB of
+/// workgroup memory.
 const MAX_DIM: usize = 64;
+/// Largest head dimension of the forward: past [`MAX_DIM`] the key and value blocks take turns
+/// in one staged array ([`shares_staging`]), and `P·V` runs in passes of 64 value columns.
+const MAX_FORWARD_DIM: usize = 128;
+/// Workgroup memory the kernels may declare: what the H200 offers (wgpu's default limit asks
+/// for less; the artifact records the kernels' need).
+const WORKGROUP_BYTES: usize = 48 << 10;
 /// Halves that pad each row of the `f16` tiles: a cooperative load reads 16 bytes from each of
 /// 8 rows at once, which fall in one bank group when rows are 128 bytes apart (an 8-way
 /// conflict that made the products three quarters of the kernel's time at head dimension
@@ -73,22 +92,36 @@ const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as u
 /// Subgroups per workgroup.
 const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
 
+/// A staged `f16` array: its name, the name of its stride's constant, and the stride.
+type Staged<'a> = (&'a str, &'a str, usize);
+
 /// Whether the kernel has a tensor-core form: the forward with head dimensions multiples of 16
-/// up to [`MAX_DIM`] and the value's a multiple of 32 (so that the `P·V` tiles, 4 per 16
-/// value columns, divide evenly among the subgroups); the split backward kernels where
-/// [`backward_takes`]; not the whole backward.
+/// up to [`MAX_FORWARD_DIM`] and the value's 32, 64 or 128 (so that each pass of `P·V` has a
+/// whole number of tiles per subgroup); the split backward kernels where [`backward_takes`];
+/// not the whole backward.
 pub fn takes(k: &Flash) -> bool {
-    match k.spec.kind {
+    takes_shape(k.spec.kind, k.d, k.dv)
+}
+
+/// [`takes`] for a kernel of `kind` with head dimensions `d` (queries, keys) and `dv` (values).
+pub fn takes_shape(kind: FlashKind, d: usize, dv: usize) -> bool {
+    match kind {
         FlashKind::Forward => {
-            let tiles = (ROWS / SIDE) * (k.dv / SIDE);
-            [k.d, k.dv]
-                .iter()
-                .all(|&d| d.is_multiple_of(SIDE) && d <= MAX_DIM)
-                && tiles.is_multiple_of(SUBGROUPS)
+            d.is_multiple_of(SIDE)
+                && d <= MAX_FORWARD_DIM
+                && (dv <= COLS || dv.is_multiple_of(COLS))
+                && dv <= MAX_FORWARD_DIM
+                && (ROWS / SIDE * (value_pass(dv) / SIDE)).is_multiple_of(SUBGROUPS)
         }
-        FlashKind::BackwardDq | FlashKind::BackwardDkDv => backward_takes(k.d, k.dv),
+        FlashKind::BackwardDq | FlashKind::BackwardDkDv => backward_takes(d, dv),
         FlashKind::Backward => false,
     }
+}
+
+/// The value columns one pass of the forward's `P·V` covers: its tiles go through `ss`, 64
+/// columns wide.
+fn value_pass(dv: usize) -> usize {
+    dv.min(COLS)
 }
 
 /// Writes the kernel `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
@@ -100,14 +133,21 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
 }
 
-/// Bytes of workgroup memory the forward of head dimensions `d`, `dv` declares.
-fn workgroup_bytes(d: usize, dv: usize) -> usize {
+/// Bytes of workgroup memory a kernel declares whose staged arrays are `widths` halves wide.
+fn workgroup_bytes(widths: &[usize]) -> usize {
     let f32 = DType::F32.size_bytes();
     let f16 = f32 / 2;
     // the f16 tiles, `ss`, and the verdict's quad
-    (COLS * (d + PAD) + COLS * (dv + PAD) + ROWS * (COLS + PAD)) * f16
+    (widths.iter().map(|w| COLS * (w + PAD)).sum::<usize>() + ROWS * (COLS + PAD)) * f16
         + ROWS * COLS * f32
         + QUAD * f32
+}
+
+/// Whether the forward of head dimensions `d`, `dv` stages the key and value blocks in turn in
+/// one array (the value block once the scores are out of the products), because both at once
+/// would pass [`WORKGROUP_BYTES`].
+fn shares_staging(d: usize, dv: usize) -> bool {
+    workgroup_bytes(&[d, dv]) > WORKGROUP_BYTES
 }
 
 /// Writes the forward of `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
@@ -117,10 +157,19 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     e.cooperative_matrices();
     let (d, dv) = (k.d, k.dv);
     let nb = k.batch.len();
+    let shared = shares_staging(d, dv);
     let (mut s, fixed) = score_functions(e, k);
-    // `ks` (keys × KS), `vs` (keys × VS), `ps` (queries × PS; first the query block at
-    // stride KS)
-    let (ks, vs, ps) = header(&mut s, [("ks", "KS"), ("vs", "VS")], d, dv);
+    // `ks` (keys × KS) and `vs` (keys × VS), or `kv` for both in turn; `ps` (queries × PS)
+    let widths: &[(&str, &str, usize)] = if shared {
+        &[("kv", "KVS", d.max(dv))]
+    } else {
+        &[("ks", "KS", d), ("vs", "VS", dv)]
+    };
+    let (arrays, ps) = header(&mut s, widths);
+    let (ka, va) = (arrays[0], arrays[arrays.len() - 1]);
+    // the query block goes to registers through `ps` (at stride KS) where it fits, else
+    // through `kv`
+    let qa = if shared { ka } else { ("ps", ka.1, ka.2) };
     let blocks = k.sq.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
     writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
@@ -130,23 +179,43 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let o = bind(&mut s, e, "o", &k.outputs[0], nb);
     let l = bind(&mut s, e, "l", &k.outputs[1], nb);
     let mut cx = body(s, nb, fixed);
-    // the query block, as f16 through `ps`, to registers: the A operands of the subgroup's
-    // score tiles (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
-    cx.line(1, &staged(&q, "ps", d, "KS", "row0", "SQ"));
+    // the query block, as f16, to registers: the A operands of the subgroup's score tiles
+    // (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
+    cx.line(1, &staged(&q, qa.0, d, qa.1, "row0", "SQ"));
     cx.line(1, "workgroupBarrier();");
     let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
     let mut t = String::new();
     for n in 0..score_tiles {
-        t.push_str(&fragments(n, "qa", ("ps", "KS", ks), d));
+        t.push_str(&fragments(n, "qa", qa, d));
     }
     t.push_str("workgroupBarrier();");
     cx.line(1, &t);
     let per = COLS / PER_ROW;
     let out_per = dv / PER_ROW;
+    // `P·V` in passes of `pass` value columns, each through `ss`; an invocation owns
+    // `pass_per` columns of each
+    let pass = value_pass(dv);
+    let pass_per = pass / PER_ROW;
+    let pk = Prefetch {
+        m: &kk,
+        reg: "pk",
+        width: d,
+        array: ka.0,
+        stride: ka.1,
+    };
+    let pv = Prefetch {
+        m: &v,
+        reg: "pv",
+        width: dv,
+        array: va.0,
+        stride: va.1,
+    };
     cx.line(
         1,
         &format!(
-            "var m = {NEG_INF};\nvar l = 0.0;\nvar o: array<f32, {out_per}>;\nvar x: array<f32, {per}>;\nlet blocks = (SK + {COLS}u - 1u) / {COLS}u;"
+            "var m = {NEG_INF};\nvar l = 0.0;\nvar o: array<f32, {out_per}>;\nvar x: array<f32, {per}>;\nlet blocks = (SK + {COLS}u - 1u) / {COLS}u;\n{}\n{}\nvar held = blocks;",
+            pk.declare(),
+            pv.declare()
         ),
     );
     cx.line(1, "for (var kb = 0u; kb < blocks; kb = kb + 1u) {");
@@ -159,19 +228,23 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     // `workgroupUniformLoad`'s for uniform
     let dead = cx.dead(("row0", &i1), ("col0", &j1));
     cx.line(1, &if_live(&dead));
-    cx.line(2, &staged(&kk, "ks", d, "KS", "col0", "SK"));
-    cx.line(2, &staged(&v, "vs", dv, "VS", "col0", "SK"));
+    // the key and value blocks from the registers, the next ones fetched behind the products;
+    // where they take turns in one array, the value block once the scores are out
+    let (now, next) = pipelined(&[&pk, &pv], if shared { 1 } else { 2 }, "kb", "SK");
+    cx.line(2, &now);
     cx.line(2, "workgroupBarrier();");
+    cx.line(2, &next);
     // S = Q·Kᵀ: A row-major from the query block, B = Kᵀ column-major from the key block
     cx.line(2, "// S = Q·Kᵀ, 16 × 16 tiles divided among the subgroups");
+    let (k_name, k_stride_name, k_stride) = ka;
     cx.tiles(
         (ROWS / SIDE, COLS / SIDE, d / SIDE),
         &|n, step| {
             (
                 format!("qa{n}_{step}"),
                 format!(
-                    "coopLoad<coop_mat16x16<f16, B>>(&ks[ct * {}u + {}u], KS)",
-                    SIDE * ks,
+                    "coopLoad<coop_mat16x16<f16, B>>(&{k_name}[ct * {}u + {}u], {k_stride_name})",
+                    SIDE * k_stride,
                     SIDE * step
                 ),
             )
@@ -179,6 +252,13 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         None,
     );
     cx.line(2, "workgroupBarrier();");
+    if shared {
+        // the key block is out of the products: the value block takes its place
+        cx.line(
+            2,
+            &format!("{}{}", pv.put(), pv.fetch(&format!("col0 + {COLS}u"), "SK")),
+        );
+    }
     // the thread's scores: columns h·16 + (rot + c) % 16
     cx.line(
         2,
@@ -226,32 +306,58 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
     t.push_str("workgroupBarrier();");
     cx.line(2, &t);
-    // P·V: A = P row-major, B = V row-major
-    cx.line(2, "// P·V");
-    cx.tiles(
-        (ROWS / SIDE, dv / SIDE, COLS / SIDE),
-        &|_, step| {
-            (
-                format!(
-                    "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
-                    SIDE * ps,
-                    SIDE * step
-                ),
-                format!(
-                    "coopLoadT<coop_mat16x16<f16, B>>(&vs[{}u + ct * {SIDE}u], VS)",
-                    SIDE * step * vs
-                ),
+    // the first value column of pass `p` (as a WGSL term), and that of the invocation's
+    // accumulator `c`
+    let offset = |p: usize| {
+        if p == 0 {
+            String::new()
+        } else {
+            format!("{}u + ", p * pass)
+        }
+    };
+    let ocol = |c: usize| {
+        let first = offset(c / pass_per);
+        let c = c % pass_per;
+        format!("{first}h * {pass_per}u + (rot + {c}u) % {pass_per}u")
+    };
+    let (v_name, v_stride_name, v_stride) = va;
+    for p in 0..dv / pass {
+        if p > 0 {
+            // every invocation done reading `ss` before the next pass writes it
+            cx.line(2, "workgroupBarrier();");
+        }
+        // P·V: A = P row-major, B = V row-major
+        cx.line(2, "// P·V");
+        let first = offset(p);
+        cx.tiles(
+            (ROWS / SIDE, pass / SIDE, COLS / SIDE),
+            &|_, step| {
+                (
+                    format!(
+                        "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
+                        SIDE * ps,
+                        SIDE * step
+                    ),
+                    format!(
+                        "coopLoadT<coop_mat16x16<f16, B>>(&{v_name}[{first}{}u + ct * {SIDE}u], {v_stride_name})",
+                        SIDE * step * v_stride
+                    ),
+                )
+            },
+            None,
+        );
+        cx.line(2, "workgroupBarrier();");
+        let mut t = String::new();
+        for c in p * pass_per..(p + 1) * pass_per {
+            writeln!(
+                t,
+                "o[{c}] = o[{c}] + ss[r * {COLS}u + {}];",
+                ocol(c % pass_per)
             )
-        },
-        None,
-    );
-    cx.line(2, "workgroupBarrier();");
-    let ocol = |c: usize| format!("h * {out_per}u + (rot + {c}u) % {out_per}u");
-    let mut t = String::new();
-    for c in 0..out_per {
-        writeln!(t, "o[{c}] = o[{c}] + ss[r * {COLS}u + {}];", ocol(c)).unwrap();
+            .unwrap();
+        }
+        cx.line(2, &t);
     }
-    cx.line(2, &t);
     cx.line(1, "}");
     cx.line(1, "}");
     // the row's sum, then the results
@@ -278,12 +384,12 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     )
     .unwrap();
     cx.line(1, &t);
-    let staging = |width: usize| (ROWS * width / THREADS) as u64;
-    let per_block = staging(d) + staging(dv);
-    e.loop_trips(staging(d) + k.sk.div_ceil(COLS) as u64 * (1 + per_block));
+    // the walk (the staging is unrolled)
+    e.loop_trips(k.sk.div_ceil(COLS) as u64);
     let mut s = cx.s;
     s.push_str("}\n");
-    (s, grid, workgroup_bytes(d, dv) as u32)
+    let widths: Vec<usize> = arrays.iter().map(|a| a.2 - PAD).collect();
+    (s, grid, workgroup_bytes(&widths) as u32)
 }
 
 /// Whether the split backward kernels (dQ, dK/dV) of head dimensions `d`, `dv` have
@@ -313,9 +419,8 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let nb = k.batch.len();
     let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
     let (mut s, fixed) = score_functions(e, k);
-    let (s1, s2, ps) = header(&mut s, [("x1", "X1S"), ("x2", "X2S")], d, dv);
-    // the staged arrays: (name, stride constant, stride)
-    let (x1, x2) = (("x1", "X1S", s1), ("x2", "X2S", s2));
+    let (staged_arrays, ps) = header(&mut s, &[("x1", "X1S", d), ("x2", "X2S", dv)]);
+    let (x1, x2) = (staged_arrays[0], staged_arrays[1]);
     let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
     let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
@@ -363,9 +468,25 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         }
     }
     let per = COLS / PER_ROW;
+    let p1 = Prefetch {
+        m: b1,
+        reg: "p1",
+        width: d,
+        array: x1.0,
+        stride: x1.1,
+    };
+    let p2 = Prefetch {
+        m: b2,
+        reg: "p2",
+        width: dv,
+        array: x2.0,
+        stride: x2.1,
+    };
     write!(
         t,
-        "var x: array<f32, {per}>;\nvar y: array<f32, {per}>;\nlet blocks = ({cols_len} + {COLS}u - 1u) / {COLS}u;"
+        "var x: array<f32, {per}>;\nvar y: array<f32, {per}>;\nlet blocks = ({cols_len} + {COLS}u - 1u) / {COLS}u;\n{}\n{}\nvar held = blocks;",
+        p1.declare(),
+        p2.declare()
     )
     .unwrap();
     if !by_keys {
@@ -393,9 +514,11 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     };
     let dead = cx.dead(queries, keys);
     cx.line(1, &if_live(&dead));
-    cx.line(2, &staged(b1, "x1", d, "X1S", "col0", cols_len));
-    cx.line(2, &staged(b2, "x2", dv, "X2S", "col0", cols_len));
+    // the walked blocks from the registers, the next ones fetched behind the products
+    let (now, next) = pipelined(&[&p1, &p2], 2, "cb", cols_len);
+    cx.line(2, &now);
     cx.line(2, "workgroupBarrier();");
+    cx.line(2, &next);
     // S (or Sᵀ) and dP (or dPᵀ): B = the staged block transposed (column-major)
     let col = |c: usize| format!("((rot + {c}u) % {per}u)");
     cx.line(
@@ -504,37 +627,34 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
             ),
         );
     }
-    let staging = |width: usize| (ROWS * width / THREADS) as u64;
+    // the walk and the results' loops (the staging is unrolled)
     let walked = if by_keys { k.sq } else { k.sk };
-    e.loop_trips(
-        2 * (staging(d) + staging(dv))
-            + walked.div_ceil(COLS) as u64 * (1 + staging(d) + staging(dv)),
-    );
+    let results: usize = accumulators.iter().map(|&(_, w)| ROWS * w / THREADS).sum();
+    e.loop_trips(walked.div_ceil(COLS) as u64 + results as u64);
     let mut s = cx.s;
     s.push_str("}\n");
-    (s, grid, workgroup_bytes(d, dv) as u32)
+    (s, grid, workgroup_bytes(&[d, dv]) as u32)
 }
 
-/// Declares the two staged `f16` arrays `(name, stride constant)` (64 rows of `d` and `dv`
+/// Declares the staged `f16` arrays `(name, stride constant, width)` (64 rows of `width`
 /// halves, padded), `ps` (64 × 64, padded), `ss` (64 × 64 `f32`) and the block-skip verdict,
 /// and opens `main` with the invocation's row `r`, quarter `h` and rotation `rot`; returns the
-/// three `f16` row strides.
-fn header(s: &mut String, staged: [(&str, &str); 2], d: usize, dv: usize) -> (usize, usize, usize) {
-    let strides = (d + PAD, dv + PAD, COLS + PAD);
-    let [(n1, c1), (n2, c2)] = staged;
-    writeln!(
-        s,
-        "const {c1}: u32 = {}u;\nconst {c2}: u32 = {}u;\nconst PS: u32 = {}u;",
-        strides.0, strides.1, strides.2
-    )
-    .unwrap();
-    let arrays = [
-        (n1, "f16", COLS * strides.0),
-        (n2, "f16", COLS * strides.1),
-        ("ss", "f32", ROWS * COLS),
-        ("ps", "f16", ROWS * strides.2),
-    ];
-    for (name, ty, n) in arrays {
+/// staged arrays as `(name, stride constant, stride)` and the stride of `ps`.
+fn header<'a>(s: &mut String, staged: &[(&'a str, &'a str, usize)]) -> (Vec<Staged<'a>>, usize) {
+    let arrays: Vec<Staged> = staged
+        .iter()
+        .map(|&(name, constant, width)| (name, constant, width + PAD))
+        .collect();
+    let ps = COLS + PAD;
+    for &(_, constant, stride) in &arrays {
+        writeln!(s, "const {constant}: u32 = {stride}u;").unwrap();
+    }
+    writeln!(s, "const PS: u32 = {ps}u;").unwrap();
+    let declared = arrays
+        .iter()
+        .map(|&(name, _, stride)| (name, "f16", COLS * stride))
+        .chain([("ss", "f32", ROWS * COLS), ("ps", "f16", ROWS * ps)]);
+    for (name, ty, n) in declared {
         writeln!(s, "var<workgroup> {name}: array<{ty}, {n}>;").unwrap();
     }
     // a whole quad: the H200's driver places the arrays after it, and a cooperative load from
@@ -554,18 +674,13 @@ fn header(s: &mut String, staged: [(&str, &str); 2], d: usize, dv: usize) -> (us
         "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
     )
     .unwrap();
-    strides
+    (arrays, ps)
 }
 
 /// WGSL binding `{name}{n}_{step}` to the A operands (16 × 16, row-major) of the rows of the
 /// subgroup's score tile `sg_id + 8n` (rows `(sg_id + 8n) / 4`), `width` halves deep, from the
 /// staged array `(name, stride constant, stride)`.
-fn fragments(
-    n: usize,
-    name: &str,
-    (array, stride_name, stride): (&str, &str, usize),
-    width: usize,
-) -> String {
+fn fragments(n: usize, name: &str, (array, stride_name, stride): Staged, width: usize) -> String {
     let mut t = String::new();
     for step in 0..width / SIDE {
         writeln!(
@@ -605,14 +720,98 @@ fn if_live(dead: &str) -> String {
 }
 
 /// WGSL that stages 64 rows from `first` of `m` (`width` words each) to the `f16` array `name`
-/// at row stride `stride`, zero past `len` (a loop of fixed trip count: control flow stays
-/// uniform for the cooperative operations).
+/// at row stride `stride`, zero past `len`, through registers (as [`Prefetch`] does, in its
+/// own scope).
 fn staged(m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &str) -> String {
-    format!(
-        "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let j = e / {width}u; let c = e % {width}u; let g = {first} + j; {name}[j * {stride} + c] = f16(select(0.0, {}, g < {len})); }}",
-        ROWS * width / THREADS,
-        m.load(&format!("min(g, {len} - 1u)"), "c"),
-    )
+    let p = Prefetch {
+        m,
+        reg: "staging",
+        width,
+        array: name,
+        stride,
+    };
+    format!("{{\n{}\n{}{}}}", p.declare(), p.fetch(first, len), p.put())
+}
+
+/// The next block's operands, fetched into registers while the current block's products run
+/// (the global loads' latency hidden behind them), and written to the staged arrays when that
+/// block comes: `(matrix, register array, width, staged array, its stride constant)`.
+struct Prefetch<'a> {
+    m: &'a Mat,
+    reg: &'static str,
+    width: usize,
+    array: &'a str,
+    stride: &'a str,
+}
+
+impl Prefetch<'_> {
+    /// Values of a 64-row block that each invocation stages.
+    fn per_thread(&self) -> usize {
+        ROWS * self.width / THREADS
+    }
+
+    /// Declares the register array.
+    fn declare(&self) -> String {
+        format!("var {}: array<f16, {}>;", self.reg, self.per_thread())
+    }
+
+    /// WGSL that fetches the 64 rows from `first` (zero past `len`) into the registers,
+    /// unrolled (the registers are indexed by constants only).
+    fn fetch(&self, first: &str, len: &str) -> String {
+        let mut t = String::new();
+        for n in 0..self.per_thread() {
+            let e = format!("lid + {}u", n * THREADS);
+            let (j, c) = (
+                format!("({e}) / {}u", self.width),
+                format!("({e}) % {}u", self.width),
+            );
+            writeln!(
+                t,
+                "{{ let g = {first} + {j}; {}[{n}] = f16(select(0.0, {}, g < {len})); }}",
+                self.reg,
+                self.m.load(&format!("min(g, {len} - 1u)"), &c),
+            )
+            .unwrap();
+        }
+        t
+    }
+
+    /// WGSL that writes the registers to the staged array.
+    fn put(&self) -> String {
+        let mut t = String::new();
+        for n in 0..self.per_thread() {
+            let e = format!("lid + {}u", n * THREADS);
+            writeln!(
+                t,
+                "{}[(({e}) / {w}u) * {} + ({e}) % {w}u] = {}[{n}];",
+                self.array,
+                self.stride,
+                self.reg,
+                w = self.width
+            )
+            .unwrap();
+        }
+        t
+    }
+}
+
+/// WGSL for the walk's block `block` (the loop variable): `now` makes the registers of
+/// `operands` hold it (a block after a skipped one was not prefetched; `held`, uniform, records
+/// which block they hold) and writes the first `put` of them to their staged arrays; `next`,
+/// once those are behind a barrier, fetches the block after it into their registers. (The
+/// others are the caller's to write, then fetch.)
+fn pipelined(operands: &[&Prefetch], put: usize, block: &str, len: &str) -> (String, String) {
+    let mut now = format!("if (held != {block}) {{\n");
+    for o in operands {
+        now.push_str(&o.fetch("col0", len));
+    }
+    now.push_str("}\n");
+    let mut next = format!("held = {block} + 1u;\n");
+    for o in &operands[..put] {
+        now.push_str(&o.put());
+        next.push_str(&o.fetch(&format!("col0 + {COLS}u"), len));
+    }
+    (now, next)
 }
 
 impl Body {
@@ -683,32 +882,51 @@ impl Body {
 mod tests {
     use super::*;
 
-    /// Every head dimension the form takes fits the H200's 48 KiB of workgroup memory, and
+    /// Every head dimension the forms take fits the H200's 48 KiB of workgroup memory, and
     /// every array stays a multiple of 16 bytes (so each starts on a 16-byte boundary).
     #[test]
     fn tiles_fit_and_stay_aligned() {
-        for d in (SIDE..=MAX_DIM).step_by(SIDE) {
-            for dv in (2 * SIDE..=MAX_DIM).step_by(2 * SIDE) {
-                assert!(workgroup_bytes(d, dv) <= 48 << 10, "{d} {dv}");
-                let f32 = DType::F32.size_bytes();
-                let f16 = f32 / 2;
-                for bytes in [
-                    COLS * (d + PAD) * f16,
-                    COLS * (dv + PAD) * f16,
-                    ROWS * (COLS + PAD) * f16,
-                    ROWS * COLS * f32,
-                ] {
-                    assert_eq!(bytes % 16, 0, "{d} {dv}");
+        let f32 = DType::F32.size_bytes();
+        let f16 = f32 / 2;
+        let check = |widths: &[usize]| {
+            assert!(workgroup_bytes(widths) <= WORKGROUP_BYTES, "{widths:?}");
+            for bytes in widths
+                .iter()
+                .map(|w| COLS * (w + PAD) * f16)
+                .chain([ROWS * (COLS + PAD) * f16, ROWS * COLS * f32])
+            {
+                assert_eq!(bytes % 16, 0, "{widths:?}");
+            }
+        };
+        let mut forwards = 0;
+        for d in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
+            for dv in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
+                if takes_shape(FlashKind::Forward, d, dv) {
+                    forwards += 1;
+                    check(&if shares_staging(d, dv) {
+                        vec![d.max(dv)]
+                    } else {
+                        vec![d, dv]
+                    });
+                }
+                if takes_shape(FlashKind::BackwardDq, d, dv) {
+                    check(&[d, dv]);
                 }
             }
         }
+        // d: 16, 32, ..., 128; dv: 32, 64, 128
+        assert_eq!(forwards, 8 * 3);
+        assert!(takes_shape(FlashKind::Forward, 128, 128));
+        assert!(shares_staging(128, 128) && !shares_staging(64, 64));
+        assert!(!takes_shape(FlashKind::Forward, 64, 96));
+        assert!(!takes_shape(FlashKind::BackwardDq, 128, 128));
     }
 
     /// Eight consecutive padded `f16` rows start in eight distinct 16-byte bank groups (a
     /// row's length in 16-byte units is odd), so a cooperative load's 8 rows never collide.
     #[test]
     fn padded_rows_spread_over_the_banks() {
-        for width in (SIDE..=MAX_DIM).step_by(SIDE).chain([COLS]) {
+        for width in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE).chain([COLS]) {
             let units = (width + PAD) * DType::F32.size_bytes() / 2 / 16;
             assert_eq!(units % 2, 1, "{width}");
         }

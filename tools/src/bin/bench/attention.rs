@@ -27,6 +27,8 @@ pub enum Policy {
     FlashSplit,
     Unfused,
     Auto,
+    /// The cost model's pick with tensor cores allowed (`sinter compile --tensor-cores`).
+    AutoTc,
     NoOpt,
 }
 
@@ -35,13 +37,13 @@ impl Policy {
         let attention = match self {
             Policy::Flash | Policy::FlashTc | Policy::FlashSplit => Attention::Flash,
             Policy::Unfused => Attention::Unfused,
-            Policy::Auto | Policy::NoOpt => Attention::Auto,
+            Policy::Auto | Policy::AutoTc | Policy::NoOpt => Attention::Auto,
         };
         sinter_compiler::Options {
             attention: AttentionPolicy::from(attention),
             optimize: self != Policy::NoOpt,
             merge_flash_backward: self != Policy::FlashSplit,
-            tensor_cores: self == Policy::FlashTc,
+            tensor_cores: matches!(self, Policy::FlashTc | Policy::AutoTc),
             ..Default::default()
         }
     }
@@ -53,6 +55,7 @@ impl Policy {
             Policy::FlashSplit => "flash-split",
             Policy::Unfused => "unfused",
             Policy::Auto => "auto",
+            Policy::AutoTc => "auto-tc",
             Policy::NoOpt => "no-opt",
         }
     }
