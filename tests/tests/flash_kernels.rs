@@ -391,6 +391,8 @@ fn tensor_cores() {
         c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
         c(vec![1, 2], 130, 150, 128, 64, Mask::Window(40), false),
         c(vec![1, 2], 70, 90, 96, 128, Mask::None, true),
+        // P·V in two passes with the key and value blocks side by side
+        c(vec![2, 1], 50, 130, 16, 128, Mask::Causal, false),
         // the backward's tensor-core forms take head dims of 32 and 64 only
         c(vec![1, 3], 40, 40, 32, 32, Mask::Causal, true),
         c(vec![1, 1], 1, 1, 32, 64, Mask::Causal, false),
