@@ -203,15 +203,13 @@ fn flash_cost(
     // by default), the dQ kernel costs that kernel's dQ share: one product, over key blocks,
     // and the partial sums written and added.
     let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v, tensor_cores);
-    let speedup = if tensor_cores
-        && crate::codegen::flash::coop::takes_shape(spec.kind, d as usize, dv as usize)
-    {
-        match spec.kind {
-            FlashKind::Forward => TENSOR_CORE_FORWARD_SPEEDUP,
-            _ => TENSOR_CORE_BACKWARD_SPEEDUP,
-        }
-    } else {
-        1.0
+    // the kernel runs in its tensor-core form (`codegen::flash::coop`)
+    let coop = tensor_cores
+        && crate::codegen::flash::coop::takes_shape(spec.kind, d as usize, dv as usize);
+    let speedup = match (coop, spec.kind) {
+        (false, _) => 1.0,
+        (true, FlashKind::Forward) => TENSOR_CORE_FORWARD_SPEEDUP,
+        (true, _) => TENSOR_CORE_BACKWARD_SPEEDUP,
     };
     let products = match spec.kind {
         FlashKind::Forward => d + dv,
@@ -233,7 +231,7 @@ fn flash_cost(
         spec.kind
     };
     let by_keys = matches!(kind, FlashKind::BackwardDkDv | FlashKind::Backward);
-    let rows = if speedup > 1.0 {
+    let rows = if coop {
         crate::codegen::flash::coop::ROWS
     } else {
         crate::codegen::flash::Tiling::DEFAULT

@@ -150,6 +150,16 @@ fn shares_staging(d: usize, dv: usize) -> bool {
     workgroup_bytes(&[d, dv]) > WORKGROUP_BYTES
 }
 
+/// The forward's staged arrays `(name, stride constant, width)`: `ks` (keys × KS) and `vs`
+/// (keys × VS), or `kv` for both in turn where [`shares_staging`].
+fn forward_arrays(d: usize, dv: usize) -> Vec<(&'static str, &'static str, usize)> {
+    if shares_staging(d, dv) {
+        vec![("kv", "KVS", d.max(dv))]
+    } else {
+        vec![("ks", "KS", d), ("vs", "VS", dv)]
+    }
+}
+
 /// Writes the forward of `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
 /// the workgroup memory in bytes.
 fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
@@ -159,13 +169,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let nb = k.batch.len();
     let shared = shares_staging(d, dv);
     let (mut s, fixed) = score_functions(e, k);
-    // `ks` (keys × KS) and `vs` (keys × VS), or `kv` for both in turn; `ps` (queries × PS)
-    let widths: &[(&str, &str, usize)] = if shared {
-        &[("kv", "KVS", d.max(dv))]
-    } else {
-        &[("ks", "KS", d), ("vs", "VS", dv)]
-    };
-    let (arrays, ps) = header(&mut s, widths);
+    let (arrays, ps, bytes) = header(&mut s, &forward_arrays(d, dv));
     let (ka, va) = (arrays[0], arrays[arrays.len() - 1]);
     // the query block goes to registers through `ps` (at stride KS) where it fits, else
     // through `kv`
@@ -388,8 +392,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     e.loop_trips(k.sk.div_ceil(COLS) as u64);
     let mut s = cx.s;
     s.push_str("}\n");
-    let widths: Vec<usize> = arrays.iter().map(|a| a.2 - PAD).collect();
-    (s, grid, workgroup_bytes(&widths) as u32)
+    (s, grid, bytes)
 }
 
 /// Whether the split backward kernels (dQ, dK/dV) of head dimensions `d`, `dv` have
@@ -419,7 +422,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let nb = k.batch.len();
     let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
     let (mut s, fixed) = score_functions(e, k);
-    let (staged_arrays, ps) = header(&mut s, &[("x1", "X1S", d), ("x2", "X2S", dv)]);
+    let (staged_arrays, ps, bytes) = header(&mut s, &[("x1", "X1S", d), ("x2", "X2S", dv)]);
     let (x1, x2) = (staged_arrays[0], staged_arrays[1]);
     let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
     let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
@@ -633,14 +636,18 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     e.loop_trips(walked.div_ceil(COLS) as u64 + results as u64);
     let mut s = cx.s;
     s.push_str("}\n");
-    (s, grid, workgroup_bytes(&[d, dv]) as u32)
+    (s, grid, bytes)
 }
 
 /// Declares the staged `f16` arrays `(name, stride constant, width)` (64 rows of `width`
 /// halves, padded), `ps` (64 × 64, padded), `ss` (64 × 64 `f32`) and the block-skip verdict,
 /// and opens `main` with the invocation's row `r`, quarter `h` and rotation `rot`; returns the
-/// staged arrays as `(name, stride constant, stride)` and the stride of `ps`.
-fn header<'a>(s: &mut String, staged: &[(&'a str, &'a str, usize)]) -> (Vec<Staged<'a>>, usize) {
+/// staged arrays as `(name, stride constant, stride)`, the stride of `ps` and the bytes of
+/// workgroup memory declared.
+fn header<'a>(
+    s: &mut String,
+    staged: &[(&'a str, &'a str, usize)],
+) -> (Vec<Staged<'a>>, usize, u32) {
     let arrays: Vec<Staged> = staged
         .iter()
         .map(|&(name, constant, width)| (name, constant, width + PAD))
@@ -674,7 +681,8 @@ fn header<'a>(s: &mut String, staged: &[(&'a str, &'a str, usize)]) -> (Vec<Stag
         "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
     )
     .unwrap();
-    (arrays, ps)
+    let widths: Vec<usize> = staged.iter().map(|a| a.2).collect();
+    (arrays, ps, workgroup_bytes(&widths) as u32)
 }
 
 /// WGSL binding `{name}{n}_{step}` to the A operands (16 × 16, row-major) of the rows of the
@@ -903,11 +911,8 @@ mod tests {
             for dv in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
                 if takes_shape(FlashKind::Forward, d, dv) {
                     forwards += 1;
-                    check(&if shares_staging(d, dv) {
-                        vec![d.max(dv)]
-                    } else {
-                        vec![d, dv]
-                    });
+                    let arrays = forward_arrays(d, dv);
+                    check(&arrays.iter().map(|a| a.2).collect::<Vec<_>>());
                 }
                 if takes_shape(FlashKind::BackwardDq, d, dv) {
                     check(&[d, dv]);
