@@ -387,13 +387,16 @@ fn tensor_cores() {
         c(vec![1, 3], 40, 40, 16, 32, Mask::Causal, true),
         c(vec![1, 2], 300, 300, 64, 64, Mask::Causal, false),
         c(vec![2, 1], 260, 200, 48, 64, Mask::None, false),
-        // the forward's key and value blocks in turn in one array, P·V in two passes
+        // the forward's key and value blocks in turn in one array, P·V in two passes; the
+        // backward in walked blocks of 32, its results in two or four passes through `ss`
         c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
         c(vec![1, 2], 130, 150, 128, 64, Mask::Window(40), false),
         c(vec![1, 2], 70, 90, 96, 128, Mask::None, true),
-        // P·V in two passes with the key and value blocks side by side
+        c(vec![2, 1], 100, 33, 32, 128, Mask::Additive, false),
+        c(vec![1, 1], 200, 200, 128, 128, Mask::Causal, false),
+        // P·V in two passes with the key and value blocks side by side (the backward keeps
+        // its f32 kernels: head dim 16)
         c(vec![2, 1], 50, 130, 16, 128, Mask::Causal, false),
-        // the backward's tensor-core forms take head dims of 32 and 64 only
         c(vec![1, 3], 40, 40, 32, 32, Mask::Causal, true),
         c(vec![1, 1], 1, 1, 32, 64, Mask::Causal, false),
     ];
@@ -453,6 +456,8 @@ fn special_values() {
     };
     if tensor_cores_here(&choice) {
         special_values_under(&options, &choice, [32, 32, 32], 32, &backward[..2]);
+        // the forward's key and value blocks in turn, the backward's walked blocks of 32
+        special_values_under(&options, &choice, [128, 128, 128], 128, &backward[..2]);
     }
 }
 

@@ -181,18 +181,37 @@ fn flash_attention_training() {
 /// products as cooperative matrices (the backward kept split).
 #[test]
 fn flash_attention_tensor_cores() {
-    let src = "graph attention_step {
-  input q: f32[1, 2, 128, 64]
-  input k: f32[1, 2, 128, 64]
-  input v: f32[1, 2, 128, 64]
-  input w: f32[1, 2, 128, 64]
+    snapshot("flash_attention_tensor_cores", &tensor_core_kernels(64));
+}
+
+/// The same at head dim 128: the forward's key and value blocks in turn in one array and
+/// `P·V` in two passes; the backward walking blocks of 32, the row block staged in turn, the
+/// results leaving in passes.
+#[test]
+fn flash_attention_tensor_cores_d128() {
+    snapshot(
+        "flash_attention_tensor_cores_d128",
+        &tensor_core_kernels(128),
+    );
+}
+
+/// The flash kernels of a causal attention's training step at head dim `d` over two blocks of
+/// 64 queries, compiled with `--tensor-cores`, after the features the artifact requires.
+fn tensor_core_kernels(d: usize) -> String {
+    let src = format!(
+        "graph attention_step {{
+  input q: f32[1, 2, 128, {d}]
+  input k: f32[1, 2, 128, {d}]
+  input v: f32[1, 2, 128, {d}]
+  input w: f32[1, 2, 128, {d}]
   o = attention(q, k, v, causal=true)
   loss = sum(mul(o, w))
   dq, dk, dv = grad(loss, q, k, v)
   output o, dq, dk, dv
-}
-";
-    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
+}}
+"
+    );
+    let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render("t", &src)));
     let options = sinter_compiler::Options {
         attention: sinter_compiler::optimize::AttentionPolicy::Flash,
         tensor_cores: true,
@@ -209,5 +228,5 @@ fn flash_attention_tensor_cores() {
     {
         writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
     }
-    snapshot("flash_attention_tensor_cores", &text);
+    text
 }

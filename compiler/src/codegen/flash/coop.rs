@@ -54,8 +54,16 @@
 //! block is staged once the scores are out of the products, while the invocations read them,
 //! and `P·V` runs in passes of 64 value columns, each through `ss`.
 //!
+//! **Wider heads (backward).** Past head dimension 64 the backward walks blocks of 32 keys (or
+//! queries): each subgroup then keeps one score tile's A operands in registers (64 registers
+//! for both row-block operands at 128, as at 64 with two tiles), and the walked blocks fit
+//! workgroup memory with room to spare. The row block's two operands, staged side by side at
+//! 64, go through `x1` in turn; the accumulators leave through `ss` in passes of eight tiles.
+//! On the H200 this took a causal attention's forward + backward at head dimension 128 from
+//! 7.49 ms (the `f32` backward) to 3.92 at S = 2048, 0.71× PyTorch fp32's time.
+//!
 //! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
-//! value's 32, 64 or 128; for the backward, 32 or 64 — so that the tiles fit 48 KiB of
+//! value's 32, 64 or 128; for the backward, 32, 64 or 128 — so that the tiles fit 48 KiB of
 //! workgroup memory and divide evenly among the subgroups. Other shapes keep the plain `f32`
 //! kernels. Skipped blocks as in the plain kernels.
 
@@ -71,9 +79,10 @@ const THREADS: usize = 256;
 const PER_ROW: usize = THREADS / ROWS;
 /// The side of a cooperative matrix.
 const SIDE: usize = 16;
-/// Largest head dimension of the backward: its two staged blocks at 64 fill 43 KiB of
-/// workgroup memory.
-const MAX_DIM: usize = 64;
+/// Largest head dimension of the backward: past 64 it walks blocks of 32 ([`backward_cols`]),
+/// so that the row block's A operands, held in registers for the whole walk, stay one score
+/// tile per subgroup (64 registers at 128).
+const MAX_DIM: usize = 128;
 /// Largest head dimension of the forward: past [`MAX_DIM`] the key and value blocks take turns
 /// in one staged array ([`shares_staging`]), and `P·V` runs in passes of 64 value columns.
 const MAX_FORWARD_DIM: usize = 128;
@@ -91,9 +100,24 @@ const PAD: usize = 8;
 const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as usize;
 /// Subgroups per workgroup.
 const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
+/// Banks of workgroup memory, four bytes each.
+const BANKS: usize = 32;
 
-/// A staged `f16` array: its name, the name of its stride's constant, and the stride.
-type Staged<'a> = (&'a str, &'a str, usize);
+/// A block staged as `f16` in workgroup memory, row-major from the start of its array: the
+/// array, the name of its row stride's constant and the stride in halves.
+#[derive(Clone, Copy)]
+struct Staged<'a> {
+    array: &'a str,
+    stride_name: &'a str,
+    stride: usize,
+}
+
+impl Staged<'_> {
+    /// A pointer to the block's half at `offset` (a WGSL term), for a cooperative load.
+    fn at(&self, offset: &str) -> String {
+        format!("&{}[{offset}]", self.array)
+    }
+}
 
 /// Whether the kernel has a tensor-core form: the forward with head dimensions multiples of 16
 /// up to [`MAX_FORWARD_DIM`] and the value's 32, 64 or 128 (so that each pass of `P·V` has a
@@ -133,30 +157,38 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
 }
 
-/// Bytes of workgroup memory a kernel declares whose staged arrays are `widths` halves wide.
-fn workgroup_bytes(widths: &[usize]) -> usize {
+/// Bytes of workgroup memory a kernel declares whose staged arrays hold `halves` and whose
+/// walked blocks have `cols` rows: those arrays, `ps` and `ss` (the row block by a walked
+/// block) and the verdict's quad.
+fn workgroup_bytes(halves: usize, cols: usize) -> usize {
     let f32 = DType::F32.size_bytes();
     let f16 = f32 / 2;
-    // the f16 tiles, `ss`, and the verdict's quad
-    (widths.iter().map(|w| COLS * (w + PAD)).sum::<usize>() + ROWS * (COLS + PAD)) * f16
-        + ROWS * COLS * f32
-        + QUAD * f32
+    (halves + ROWS * (cols + PAD)) * f16 + ROWS * cols * f32 + QUAD * f32
 }
 
 /// Whether the forward of head dimensions `d`, `dv` stages the key and value blocks in turn in
 /// one array (the value block once the scores are out of the products), because both at once
 /// would pass [`WORKGROUP_BYTES`].
 fn shares_staging(d: usize, dv: usize) -> bool {
-    workgroup_bytes(&[d, dv]) > WORKGROUP_BYTES
+    workgroup_bytes(COLS * (d + PAD + dv + PAD), COLS) > WORKGROUP_BYTES
 }
 
-/// The forward's staged arrays `(name, stride constant, width)`: `ks` (keys × KS) and `vs`
+/// The forward's staged blocks with the halves of their arrays: `ks` (keys × KS) and `vs`
 /// (keys × VS), or `kv` for both in turn where [`shares_staging`].
-fn forward_arrays(d: usize, dv: usize) -> Vec<(&'static str, &'static str, usize)> {
+fn forward_arrays(d: usize, dv: usize) -> Vec<(Staged<'static>, usize)> {
+    let block = |array, stride_name, width: usize| {
+        let stride = width + PAD;
+        let staged = Staged {
+            array,
+            stride_name,
+            stride,
+        };
+        (staged, COLS * stride)
+    };
     if shares_staging(d, dv) {
-        vec![("kv", "KVS", d.max(dv))]
+        vec![block("kv", "KVS", d.max(dv))]
     } else {
-        vec![("ks", "KS", d), ("vs", "VS", dv)]
+        vec![block("ks", "KS", d), block("vs", "VS", dv)]
     }
 }
 
@@ -169,11 +201,21 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let nb = k.batch.len();
     let shared = shares_staging(d, dv);
     let (mut s, fixed) = score_functions(e, k);
-    let (arrays, ps, bytes) = header(&mut s, &forward_arrays(d, dv));
-    let (ka, va) = (arrays[0], arrays[arrays.len() - 1]);
+    let arrays = forward_arrays(d, dv);
+    let consts: Vec<(&str, usize)> = arrays
+        .iter()
+        .map(|(a, _)| (a.stride_name, a.stride))
+        .collect();
+    let declared: Vec<(&str, usize)> = arrays.iter().map(|&(a, n)| (a.array, n)).collect();
+    let (ps, bytes) = header(&mut s, &consts, &declared, COLS);
+    let (ka, va) = (arrays[0].0, arrays[arrays.len() - 1].0);
     // the query block goes to registers through `ps` (at stride KS) where it fits, else
     // through `kv`
-    let qa = if shared { ka } else { ("ps", ka.1, ka.2) };
+    let qa = if shared {
+        ka
+    } else {
+        Staged { array: "ps", ..ka }
+    };
     let blocks = k.sq.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
     writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
@@ -185,12 +227,12 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let mut cx = body(s, nb, fixed);
     // the query block, as f16, to registers: the A operands of the subgroup's score tiles
     // (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
-    cx.line(1, &staged(&q, qa.0, d, qa.1, "row0", "SQ"));
+    cx.line(1, &staged(&q, qa, d, "row0", "SQ"));
     cx.line(1, "workgroupBarrier();");
     let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
     let mut t = String::new();
     for n in 0..score_tiles {
-        t.push_str(&fragments(n, "qa", qa, d));
+        t.push_str(&fragments(n, "qa", qa, d, COLS));
     }
     t.push_str("workgroupBarrier();");
     cx.line(1, &t);
@@ -203,16 +245,16 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let pk = Prefetch {
         m: &kk,
         reg: "pk",
+        rows: COLS,
         width: d,
-        array: ka.0,
-        stride: ka.1,
+        to: ka,
     };
     let pv = Prefetch {
         m: &v,
         reg: "pv",
+        rows: COLS,
         width: dv,
-        array: va.0,
-        stride: va.1,
+        to: va,
     };
     cx.line(
         1,
@@ -234,26 +276,25 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     cx.line(1, &if_live(&dead));
     // the key and value blocks from the registers, the next ones fetched behind the products;
     // where they take turns in one array, the value block once the scores are out
-    let (now, next) = pipelined(&[&pk, &pv], if shared { 1 } else { 2 }, "kb", "SK");
+    let (now, next) = pipelined(&[&pk, &pv], if shared { 1 } else { 2 }, "kb", "SK", COLS);
     cx.line(2, &now);
     cx.line(2, "workgroupBarrier();");
     cx.line(2, &next);
     // S = Q·Kᵀ: A row-major from the query block, B = Kᵀ column-major from the key block
     cx.line(2, "// S = Q·Kᵀ, 16 × 16 tiles divided among the subgroups");
-    let (k_name, k_stride_name, k_stride) = ka;
     cx.tiles(
         (ROWS / SIDE, COLS / SIDE, d / SIDE),
         &|n, step| {
             (
                 format!("qa{n}_{step}"),
                 format!(
-                    "coopLoad<coop_mat16x16<f16, B>>(&{k_name}[ct * {}u + {}u], {k_stride_name})",
-                    SIDE * k_stride,
-                    SIDE * step
+                    "coopLoad<coop_mat16x16<f16, B>>({}, {})",
+                    ka.at(&format!("ct * {}u + {}u", SIDE * ka.stride, SIDE * step)),
+                    ka.stride_name
                 ),
             )
         },
-        None,
+        Dest::Scores(COLS),
     );
     cx.line(2, "workgroupBarrier();");
     if shared {
@@ -324,7 +365,6 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         let c = c % pass_per;
         format!("{first}h * {pass_per}u + (rot + {c}u) % {pass_per}u")
     };
-    let (v_name, v_stride_name, v_stride) = va;
     for p in 0..dv / pass {
         if p > 0 {
             // every invocation done reading `ss` before the next pass writes it
@@ -333,23 +373,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         // P·V: A = P row-major, B = V row-major
         cx.line(2, "// P·V");
         let first = offset(p);
-        cx.tiles(
-            (ROWS / SIDE, pass / SIDE, COLS / SIDE),
-            &|_, step| {
-                (
-                    format!(
-                        "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
-                        SIDE * ps,
-                        SIDE * step
-                    ),
-                    format!(
-                        "coopLoadT<coop_mat16x16<f16, B>>(&{v_name}[{first}{}u + ct * {SIDE}u], {v_stride_name})",
-                        SIDE * step * v_stride
-                    ),
-                )
-            },
-            None,
-        );
+        cx.ps_times(va, &first, (pass, COLS), ps, Dest::Scores(COLS));
         cx.line(2, "workgroupBarrier();");
         let mut t = String::new();
         for c in p * pass_per..(p + 1) * pass_per {
@@ -396,34 +420,72 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
 }
 
 /// Whether the split backward kernels (dQ, dK/dV) of head dimensions `d`, `dv` have
-/// tensor-core forms: both multiples of 32 up to [`MAX_DIM`], so that every accumulated
-/// product's tiles (4 per 16 columns) divide evenly among the subgroups. Where they do, the
-/// optimizer keeps the backward split ([`crate::flash::FlashSpec::merges`]).
+/// tensor-core forms: both 32, 64 or 128 (up to [`MAX_DIM`]), so that a row of an
+/// accumulated product's tiles divides the subgroups, and eight tiles, one per subgroup, cover
+/// whole rows on their way out through `ss`. Where they do, the optimizer keeps the backward
+/// split ([`crate::flash::FlashSpec::merges`]).
 pub fn backward_takes(d: usize, dv: usize) -> bool {
     [d, dv]
         .iter()
-        .all(|&w| w.is_multiple_of(2 * SIDE) && w <= MAX_DIM)
+        .all(|&w| w.is_multiple_of(2 * SIDE) && w <= MAX_DIM && SUBGROUPS.is_multiple_of(w / SIDE))
+}
+
+/// Keys (queries, for dK/dV) per walked block of the backward of head dimensions `d`, `dv`:
+/// 64 up to head dimension 64; past it 32, so that each subgroup keeps one score tile and
+/// with it one row of A operands (16 × 16 × 2 per 16 of the head) in registers, and the two
+/// walked blocks fit workgroup memory.
+fn backward_cols(d: usize, dv: usize) -> usize {
+    if d.max(dv) <= COLS { COLS } else { COLS / 2 }
+}
+
+/// The backward's staged blocks `x1` (head dimension `d`) and `x2` (`dv`), each in its own
+/// array (one array for both, with the second at an offset, cost the H200's driver 9% at
+/// head dimension 64), with the halves of the arrays. The row block's operands, 64 rows each,
+/// go through them first: side by side where the walked blocks are as long, else in turn
+/// through `x1`, which is then as large as either.
+fn backward_arrays(d: usize, dv: usize) -> ([(Staged<'static>, usize); 2], bool) {
+    let cols = backward_cols(d, dv);
+    let (s1, s2) = (d + PAD, dv + PAD);
+    let side_by_side = cols >= ROWS;
+    let x1 = Staged {
+        array: "x1",
+        stride_name: "X1S",
+        stride: s1,
+    };
+    let x2 = Staged {
+        array: "x2",
+        stride_name: "X2S",
+        stride: s2,
+    };
+    let x1_halves = if side_by_side {
+        cols * s1
+    } else {
+        (cols * s1).max(ROWS * s1.max(s2))
+    };
+    ([(x1, x1_halves), (x2, cols * s2)], side_by_side)
 }
 
 /// Writes the dQ or dK/dV kernel of `k` ([`takes`] holds) on tensor cores. Rows are queries
-/// (dQ) or keys (dK/dV), 64 a workgroup; the walk takes the other side in blocks of 64. The
-/// row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into registers as A operands;
-/// per block the other side's (`K`, `V` or `Q`, `dO`) are staged as `f16` in `x1` (head
-/// dimension `d`) and `x2` (`dv`). `S` and `dP` come from the products into `ss` one after the
-/// other; each invocation turns its 16 elements into `P` and the score gradient `G` in `f32`
-/// (as the plain kernels do) and writes `G` (and, for dK/dV, first `P`) as `f16` to `ps`; the
-/// accumulated products (`dQ += G·K`, or `dV += Pᵀ·dO` and `dK += Gᵀ·Q`, the tile being
-/// transposed) stay in cooperative accumulators for the whole walk and reach the outputs
-/// through `ss` at the end.
+/// (dQ) or keys (dK/dV), 64 a workgroup; the walk takes the other side in blocks of
+/// [`backward_cols`]. The row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into
+/// registers as A operands; per block the other side's (`K`, `V` or `Q`, `dO`) are staged as
+/// `f16` in `x1` (head dimension `d`) and `x2` (`dv`). `S` and `dP` come from the products
+/// into `ss` one after the other; each invocation turns its elements into `P` and the score
+/// gradient `G` in `f32` (as the plain kernels do) and writes `G` (and, for dK/dV, first `P`)
+/// as `f16` to `ps`; the accumulated products (`dQ += G·K`, or `dV += Pᵀ·dO` and `dK += Gᵀ·Q`,
+/// the tile being transposed) stay in cooperative accumulators for the whole walk and reach
+/// the outputs through `ss` at the end.
 pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     debug_assert!(takes(k));
     e.cooperative_matrices();
     let (d, dv) = (k.d, k.dv);
+    let cols = backward_cols(d, dv);
     let nb = k.batch.len();
     let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
     let (mut s, fixed) = score_functions(e, k);
-    let (staged_arrays, ps, bytes) = header(&mut s, &[("x1", "X1S", d), ("x2", "X2S", dv)]);
-    let (x1, x2) = (staged_arrays[0], staged_arrays[1]);
+    let ([(x1, n1), (x2, n2)], side_by_side) = backward_arrays(d, dv);
+    let consts = [(x1.stride_name, x1.stride), (x2.stride_name, x2.stride)];
+    let (ps, bytes) = header(&mut s, &consts, &[(x1.array, n1), (x2.array, n2)], cols);
     let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
     let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
     let grid = launch(e, &mut s, k, ROWS, blocks);
@@ -447,17 +509,34 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     } else {
         (&q, &d_o, &kk, &v)
     };
-    cx.line(1, &staged(a1, "x1", d, "X1S", "row0", rows_len));
-    cx.line(1, &staged(a2, "x2", dv, "X2S", "row0", rows_len));
-    cx.line(1, "workgroupBarrier();");
-    let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
-    let mut t = String::new();
-    for n in 0..score_tiles {
-        t.push_str(&fragments(n, "fa", x1, d));
-        t.push_str(&fragments(n, "fb", x2, dv));
+    // the row block to the subgroups' registers, through `x1` and `x2` side by side, or
+    // through `x1` in turn
+    let score_tiles = (ROWS / SIDE) * (cols / SIDE) / SUBGROUPS;
+    let both = [(a1, "fa", x1, d), (a2, "fb", x2, dv)];
+    let passes = if side_by_side {
+        vec![both.to_vec()]
+    } else {
+        let x2_in_x1 = Staged {
+            array: x1.array,
+            ..x2
+        };
+        vec![vec![both[0]], vec![(a2, "fb", x2_in_x1, dv)]]
+    };
+    for pass in &passes {
+        let mut t = String::new();
+        for &(m, _, to, width) in pass {
+            t.push_str(&staged(m, to, width, "row0", rows_len));
+            t.push('\n');
+        }
+        t.push_str("workgroupBarrier();\n");
+        for n in 0..score_tiles {
+            for &(_, name, to, width) in pass {
+                t.push_str(&fragments(n, name, to, width, cols));
+            }
+        }
+        t.push_str("workgroupBarrier();");
+        cx.line(1, &t);
     }
-    t.push_str("workgroupBarrier();");
-    cx.line(1, &t);
     // the accumulators: dQ (rows × d), or dK (rows × d) and dV (rows × dv)
     let accumulators: Vec<(&str, usize)> = if by_keys {
         vec![("ak", d), ("av", dv)]
@@ -470,24 +549,24 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
             writeln!(t, "var {name}{n} = coop_mat16x16<f32, C>();").unwrap();
         }
     }
-    let per = COLS / PER_ROW;
+    let per = cols / PER_ROW;
     let p1 = Prefetch {
         m: b1,
         reg: "p1",
+        rows: cols,
         width: d,
-        array: x1.0,
-        stride: x1.1,
+        to: x1,
     };
     let p2 = Prefetch {
         m: b2,
         reg: "p2",
+        rows: cols,
         width: dv,
-        array: x2.0,
-        stride: x2.1,
+        to: x2,
     };
     write!(
         t,
-        "var x: array<f32, {per}>;\nvar y: array<f32, {per}>;\nlet blocks = ({cols_len} + {COLS}u - 1u) / {COLS}u;\n{}\n{}\nvar held = blocks;",
+        "var x: array<f32, {per}>;\nvar y: array<f32, {per}>;\nlet blocks = ({cols_len} + {cols}u - 1u) / {cols}u;\n{}\n{}\nvar held = blocks;",
         p1.declare(),
         p2.declare()
     )
@@ -505,10 +584,10 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
     cx.line(1, &t);
     cx.line(1, "for (var cb = 0u; cb < blocks; cb = cb + 1u) {");
-    cx.line(1, &format!("let col0 = cb * {COLS}u;"));
+    cx.line(1, &format!("let col0 = cb * {cols}u;"));
     let (r1, c1) = (
         format!("row0 + {}u", ROWS - 1),
-        format!("col0 + {}u", COLS - 1),
+        format!("col0 + {}u", cols - 1),
     );
     let (queries, keys) = if by_keys {
         (("col0", c1.as_str()), ("row0", r1.as_str()))
@@ -518,7 +597,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let dead = cx.dead(queries, keys);
     cx.line(1, &if_live(&dead));
     // the walked blocks from the registers, the next ones fetched behind the products
-    let (now, next) = pipelined(&[&p1, &p2], 2, "cb", cols_len);
+    let (now, next) = pipelined(&[&p1, &p2], 2, "cb", cols_len, cols);
     cx.line(2, &now);
     cx.line(2, "workgroupBarrier();");
     cx.line(2, &next);
@@ -526,22 +605,22 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let col = |c: usize| format!("((rot + {c}u) % {per}u)");
     cx.line(
         2,
-        &format!("let sb = r * {COLS}u + h * {per}u;\nlet pb = r * PS + h * {per}u;"),
+        &format!("let sb = r * {cols}u + h * {per}u;\nlet pb = r * PS + h * {per}u;"),
     );
-    for (reg, a, (array, stride_name, stride), width) in [("x", "fa", x1, d), ("y", "fb", x2, dv)] {
+    for (reg, a, x, width) in [("x", "fa", x1, d), ("y", "fb", x2, dv)] {
         cx.tiles(
-            (ROWS / SIDE, COLS / SIDE, width / SIDE),
+            (ROWS / SIDE, cols / SIDE, width / SIDE),
             &|n, step| {
                 (
                     format!("{a}{n}_{step}"),
                     format!(
-                        "coopLoad<coop_mat16x16<f16, B>>(&{array}[ct * {}u + {}u], {stride_name})",
-                        SIDE * stride,
-                        SIDE * step
+                        "coopLoad<coop_mat16x16<f16, B>>({}, {})",
+                        x.at(&format!("ct * {}u + {}u", SIDE * x.stride, SIDE * step)),
+                        x.stride_name
                     ),
                 )
             },
-            None,
+            Dest::Scores(cols),
         );
         let mut t = String::from("workgroupBarrier();\n");
         for c in 0..per {
@@ -594,73 +673,48 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     } else {
         vec![("y", "aq", x1, d)]
     };
-    for (i, &(reg, acc, (array, stride_name, stride), width)) in products.iter().enumerate() {
+    for (i, &(reg, acc, x, width)) in products.iter().enumerate() {
         if i > 0 {
             // every subgroup done reading `ps` before it is written again
             cx.line(2, "workgroupBarrier();");
         }
         cx.line(2, &write(reg));
-        cx.tiles((ROWS / SIDE, width / SIDE, COLS / SIDE), &|_, step| {
-            (
-                format!(
-                    "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
-                    SIDE * ps,
-                    SIDE * step
-                ),
-                format!(
-                    "coopLoadT<coop_mat16x16<f16, B>>(&{array}[{}u + ct * {SIDE}u], {stride_name})",
-                    SIDE * step * stride
-                ),
-            )
-        }, Some(acc));
+        cx.ps_times(x, "", (width, cols), ps, Dest::Accumulators(acc));
     }
     cx.line(1, "}");
     cx.line(1, "}");
-    // the results through `ss`, one accumulator at a time
+    // the results through `ss`, eight tiles at a time
     for (out, &(acc, width)) in outs.iter().zip(&accumulators) {
-        cx.line(1, "workgroupBarrier();");
-        cx.store_accumulator(acc, ROWS / SIDE, width / SIDE);
-        cx.line(
-            1,
-            &format!(
-                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = e / {width}u; let c = e % {width}u; if (row0 + i < {rows_len}) {{ {}[{}] = ss[i * {COLS}u + c]; }} }}",
-                ROWS * width / THREADS,
-                out.arena,
-                out.at("row0 + i", "c")
-            ),
-        );
+        cx.write_accumulator(acc, width, out, rows_len, cols);
     }
     // the walk and the results' loops (the staging is unrolled)
     let walked = if by_keys { k.sq } else { k.sk };
     let results: usize = accumulators.iter().map(|&(_, w)| ROWS * w / THREADS).sum();
-    e.loop_trips(walked.div_ceil(COLS) as u64 + results as u64);
+    e.loop_trips(walked.div_ceil(cols) as u64 + results as u64);
     let mut s = cx.s;
     s.push_str("}\n");
     (s, grid, bytes)
 }
 
-/// Declares the staged `f16` arrays `(name, stride constant, width)` (64 rows of `width`
-/// halves, padded), `ps` (64 × 64, padded), `ss` (64 × 64 `f32`) and the block-skip verdict,
-/// and opens `main` with the invocation's row `r`, quarter `h` and rotation `rot`; returns the
-/// staged arrays as `(name, stride constant, stride)`, the stride of `ps` and the bytes of
-/// workgroup memory declared.
-fn header<'a>(
+/// Declares the constants `consts` (name, value), the staged `f16` arrays `arrays` (name,
+/// halves), `ss` (64 rows of the walked block's `cols` words, `f32`), `ps` (the same in `f16`,
+/// padded) and the block-skip verdict, and opens `main` with the invocation's row `r`, quarter
+/// `h` and rotation `rot`; returns the stride of `ps` and the bytes of workgroup memory
+/// declared.
+fn header(
     s: &mut String,
-    staged: &[(&'a str, &'a str, usize)],
-) -> (Vec<Staged<'a>>, usize, u32) {
-    let arrays: Vec<Staged> = staged
-        .iter()
-        .map(|&(name, constant, width)| (name, constant, width + PAD))
-        .collect();
-    let ps = COLS + PAD;
-    for &(_, constant, stride) in &arrays {
-        writeln!(s, "const {constant}: u32 = {stride}u;").unwrap();
+    consts: &[(&str, usize)],
+    arrays: &[(&str, usize)],
+    cols: usize,
+) -> (usize, u32) {
+    let ps = cols + PAD;
+    for &(name, value) in consts.iter().chain(&[("PS", ps)]) {
+        writeln!(s, "const {name}: u32 = {value}u;").unwrap();
     }
-    writeln!(s, "const PS: u32 = {ps}u;").unwrap();
     let declared = arrays
         .iter()
-        .map(|&(name, _, stride)| (name, "f16", COLS * stride))
-        .chain([("ss", "f32", ROWS * COLS), ("ps", "f16", ROWS * ps)]);
+        .map(|&(name, n)| (name, "f16", n))
+        .chain([("ss", "f32", ROWS * cols), ("ps", "f16", ROWS * ps)]);
     for (name, ty, n) in declared {
         writeln!(s, "var<workgroup> {name}: array<{ty}, {n}>;").unwrap();
     }
@@ -674,30 +728,47 @@ fn header<'a>(
         "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_id) sg_id: u32) {{"
     )
     .unwrap();
-    // the row an invocation owns and its quarter of the columns; the PER_ROW invocations of a
-    // row are neighbouring lanes of one subgroup
+    // the row an invocation owns, its share of the columns and its rotation (see `rotation`);
+    // the PER_ROW invocations of a row are neighbouring lanes of one subgroup
+    let (spread, quarters) = rotation(cols);
     writeln!(
         s,
-        "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = 2u * (r % 8u) + h / 2u;"
+        "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = {spread}u * (r % {}u) + h / {quarters}u;",
+        SUBGROUP_SIZE / PER_ROW,
     )
     .unwrap();
-    let widths: Vec<usize> = staged.iter().map(|a| a.2).collect();
-    (arrays, ps, workgroup_bytes(&widths) as u32)
+    let halves: usize = arrays.iter().map(|a| a.1).sum();
+    (ps, workgroup_bytes(halves, cols) as u32)
+}
+
+/// The rotation `rot = spread · (r % 8) + h / quarters` at which the invocation of row `r` and
+/// quarter `h` reads its `cols / 4` columns of a row of `ss` (column `(rot + c) % (cols / 4)`
+/// of its quarter at step `c`), so that the 32 lanes of a subgroup (8 rows, 4 quarters) read
+/// 32 distinct banks: the rows start in one bank (`cols` is a multiple of 32 words), the
+/// quarters `quarters` apart start in one bank too, and the rotation spreads the lanes that
+/// share a start over the quarter's columns.
+fn rotation(cols: usize) -> (usize, usize) {
+    let spread = PER_ROW * (cols / PER_ROW) / BANKS;
+    (spread, PER_ROW / spread)
 }
 
 /// WGSL binding `{name}{n}_{step}` to the A operands (16 × 16, row-major) of the rows of the
-/// subgroup's score tile `sg_id + 8n` (rows `(sg_id + 8n) / 4`), `width` halves deep, from the
-/// staged array `(name, stride constant, stride)`.
-fn fragments(n: usize, name: &str, (array, stride_name, stride): Staged, width: usize) -> String {
+/// subgroup's score tile `sg_id + 8n` (of a row of `cols / 16` tiles), `width` halves deep,
+/// from the staged row block `x`.
+fn fragments(n: usize, name: &str, x: Staged, width: usize, cols: usize) -> String {
     let mut t = String::new();
     for step in 0..width / SIDE {
+        let at = x.at(&format!(
+            "((sg_id + {}u) / {}u) * {}u + {}u",
+            n * SUBGROUPS,
+            cols / SIDE,
+            SIDE * x.stride,
+            SIDE * step
+        ));
         writeln!(
             t,
-            "let {name}{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>(&{array}[((sg_id + {}u) / {}u) * {}u + {}u], {stride_name});",
-            n * SUBGROUPS,
-            COLS / SIDE,
-            SIDE * stride,
-            SIDE * step
+            "let {name}{n}_{step} = coopLoadT<coop_mat16x16<f16, A>>({at}, {});",
+            x.stride_name
         )
         .unwrap();
     }
@@ -727,35 +798,34 @@ fn if_live(dead: &str) -> String {
     )
 }
 
-/// WGSL that stages 64 rows from `first` of `m` (`width` words each) to the `f16` array `name`
-/// at row stride `stride`, zero past `len`, through registers (as [`Prefetch`] does, in its
-/// own scope).
-fn staged(m: &Mat, name: &str, width: usize, stride: &str, first: &str, len: &str) -> String {
+/// WGSL that stages 64 rows from `first` of `m` (`width` words each) to the block `to`, zero
+/// past `len`, through registers (as [`Prefetch`] does, in its own scope).
+fn staged(m: &Mat, to: Staged, width: usize, first: &str, len: &str) -> String {
     let p = Prefetch {
         m,
         reg: "staging",
+        rows: ROWS,
         width,
-        array: name,
-        stride,
+        to,
     };
     format!("{{\n{}\n{}{}}}", p.declare(), p.fetch(first, len), p.put())
 }
 
 /// The next block's operands, fetched into registers while the current block's products run
-/// (the global loads' latency hidden behind them), and written to the staged arrays when that
-/// block comes: `(matrix, register array, width, staged array, its stride constant)`.
+/// (the global loads' latency hidden behind them), and written to the staged block `to` when
+/// that block comes: `rows` rows of `width` words of `m`, into the register array `reg`.
 struct Prefetch<'a> {
     m: &'a Mat,
     reg: &'static str,
+    rows: usize,
     width: usize,
-    array: &'a str,
-    stride: &'a str,
+    to: Staged<'a>,
 }
 
 impl Prefetch<'_> {
-    /// Values of a 64-row block that each invocation stages.
+    /// Values of a block that each invocation stages.
     fn per_thread(&self) -> usize {
-        ROWS * self.width / THREADS
+        self.rows * self.width / THREADS
     }
 
     /// Declares the register array.
@@ -763,7 +833,7 @@ impl Prefetch<'_> {
         format!("var {}: array<f16, {}>;", self.reg, self.per_thread())
     }
 
-    /// WGSL that fetches the 64 rows from `first` (zero past `len`) into the registers,
+    /// WGSL that fetches the block's rows from `first` (zero past `len`) into the registers,
     /// unrolled (the registers are indexed by constants only).
     fn fetch(&self, first: &str, len: &str) -> String {
         let mut t = String::new();
@@ -784,16 +854,17 @@ impl Prefetch<'_> {
         t
     }
 
-    /// WGSL that writes the registers to the staged array.
+    /// WGSL that writes the registers to the staged block.
     fn put(&self) -> String {
         let mut t = String::new();
+        let x = &self.to;
         for n in 0..self.per_thread() {
             let e = format!("lid + {}u", n * THREADS);
             writeln!(
                 t,
                 "{}[(({e}) / {w}u) * {} + ({e}) % {w}u] = {}[{n}];",
-                self.array,
-                self.stride,
+                x.array,
+                x.stride_name,
                 self.reg,
                 w = self.width
             )
@@ -803,12 +874,18 @@ impl Prefetch<'_> {
     }
 }
 
-/// WGSL for the walk's block `block` (the loop variable): `now` makes the registers of
-/// `operands` hold it (a block after a skipped one was not prefetched; `held`, uniform, records
-/// which block they hold) and writes the first `put` of them to their staged arrays; `next`,
-/// once those are behind a barrier, fetches the block after it into their registers. (The
-/// others are the caller's to write, then fetch.)
-fn pipelined(operands: &[&Prefetch], put: usize, block: &str, len: &str) -> (String, String) {
+/// WGSL for the walk's block `block` (the loop variable, its blocks `cols` long): `now` makes
+/// the registers of `operands` hold it (a block after a skipped one was not prefetched;
+/// `held`, uniform, records which block they hold) and writes the first `put` of them to
+/// their staged blocks; `next`, once those are behind a barrier, fetches the block after it
+/// into their registers. (The others are the caller's to write, then fetch.)
+fn pipelined(
+    operands: &[&Prefetch],
+    put: usize,
+    block: &str,
+    len: &str,
+    cols: usize,
+) -> (String, String) {
     let mut now = format!("if (held != {block}) {{\n");
     for o in operands {
         now.push_str(&o.fetch("col0", len));
@@ -817,39 +894,98 @@ fn pipelined(operands: &[&Prefetch], put: usize, block: &str, len: &str) -> (Str
     let mut next = format!("held = {block} + 1u;\n");
     for o in &operands[..put] {
         now.push_str(&o.put());
-        next.push_str(&o.fetch(&format!("col0 + {COLS}u"), len));
+        next.push_str(&o.fetch(&format!("col0 + {cols}u"), len));
     }
     (now, next)
 }
 
+/// Where [`Body::tiles`] puts a product's result tiles.
+#[derive(Clone, Copy)]
+enum Dest<'a> {
+    /// Stored row-major to `ss`, rows of this many words.
+    Scores(usize),
+    /// Added to the cooperative accumulators `{name}{n}`.
+    Accumulators(&'a str),
+}
+
 impl Body {
-    /// Stores the accumulators `{name}{n}` (tiles of a `rows × cols` grid, as
-    /// [`Body::tiles`] divides them) row-major to `ss`.
-    fn store_accumulator(&mut self, name: &str, rows: usize, cols: usize) {
-        let mut t = String::new();
-        for n in 0..rows * cols / SUBGROUPS {
-            // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
+    /// Writes the accumulators `{acc}{n}` (the tiles of 64 rows × `width` columns, as
+    /// [`Body::tiles`] divides them: tile `sg_id + 8n` of a row of `width / 16` tiles, so each
+    /// `n` covers whole rows, 2048 words) to the rows of `out` below `len`, through `ss`
+    /// (64 × `cols` words) in as few passes as it takes.
+    fn write_accumulator(&mut self, acc: &str, width: usize, out: &Mat, len: &str, cols: usize) {
+        let tiles = width / SIDE;
+        let rows = SUBGROUPS / tiles * SIDE;
+        let words = rows * width;
+        let (count, per_pass) = (ROWS / rows, (ROWS * cols / words).max(1));
+        for first in (0..count).step_by(per_pass) {
+            let mut t = String::from("workgroupBarrier();\n");
+            for n in first..count.min(first + per_pass) {
+                // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
+                writeln!(
+                    t,
+                    "{{ let res = {acc}{n}; coopStoreT(res, &ss[{}u + (sg_id / {tiles}u) * {}u + (sg_id % {tiles}u) * {SIDE}u], {width}u); }}",
+                    (n - first) * words,
+                    SIDE * width
+                )
+                .unwrap();
+            }
             writeln!(
                 t,
-                "{{ let tile = sg_id + {}u; let res = {name}{n}; let at = (tile / {cols}u) * {}u + (tile % {cols}u) * {SIDE}u; coopStoreT(res, &ss[at], {COLS}u); }}",
-                n * SUBGROUPS,
-                SIDE * COLS
+                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]; }} }}",
+                per_pass.min(count - first) * words / THREADS,
+                first * rows,
+                out.arena,
+                out.at("row0 + i", "c")
             )
             .unwrap();
+            self.line(1, &t);
         }
-        self.line(1, &t);
+    }
+
+    /// The product of `ps` (64 rows × `depth`, row-major, at row stride `ps`) and the `width`
+    /// columns from `first` (a WGSL term: empty, or ending in ` + `) of the staged block `x`
+    /// (row-major), its tiles put where `dest` says.
+    fn ps_times(
+        &mut self,
+        x: Staged,
+        first: &str,
+        (width, depth): (usize, usize),
+        ps: usize,
+        dest: Dest,
+    ) {
+        self.tiles(
+            (ROWS / SIDE, width / SIDE, depth / SIDE),
+            &|_, step| {
+                (
+                    format!(
+                        "coopLoadT<coop_mat16x16<f16, A>>(&ps[rt * {}u + {}u], PS)",
+                        SIDE * ps,
+                        SIDE * step
+                    ),
+                    format!(
+                        "coopLoadT<coop_mat16x16<f16, B>>({}, {})",
+                        x.at(&format!(
+                            "{first}{}u + ct * {SIDE}u",
+                            SIDE * step * x.stride
+                        )),
+                        x.stride_name
+                    ),
+                )
+            },
+            dest,
+        );
     }
 
     /// The `rows × cols` result tiles (16 × 16) of a product of `steps` 16-deep steps, tile
-    /// `sg_id + 8n` to subgroup `sg_id` (`n` unrolled): added to the accumulators `{name}{n}`
-    /// where `into` names them, else stored row-major to `ss` (64 words a row).
+    /// `sg_id + 8n` to subgroup `sg_id` (`n` unrolled), put where `dest` says.
     /// `operands(n, step)` gives the A and B operands of a step, in terms of the tile's `rt`
     /// and `ct`.
     fn tiles(
         &mut self,
         (rows, cols, steps): (usize, usize, usize),
         operands: &dyn Fn(usize, usize) -> (String, String),
-        into: Option<&str>,
+        dest: Dest,
     ) {
         debug_assert!((rows * cols).is_multiple_of(SUBGROUPS));
         let mut t = String::new();
@@ -860,9 +996,9 @@ impl Body {
                 n * SUBGROUPS
             )
             .unwrap();
-            let acc = match into {
-                Some(name) => format!("{name}{n}"),
-                None => {
+            let acc = match dest {
+                Dest::Accumulators(name) => format!("{name}{n}"),
+                Dest::Scores(_) => {
                     t.push_str("  var acc = coop_mat16x16<f32, C>();\n");
                     "acc".to_string()
                 }
@@ -871,12 +1007,12 @@ impl Body {
                 let (a, b) = operands(n, step);
                 writeln!(t, "  {acc} = coopMultiplyAdd({a}, {b}, {acc});").unwrap();
             }
-            if into.is_none() {
+            if let Dest::Scores(words) = dest {
                 // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
                 writeln!(
                     t,
-                    "  let res = acc;\n  let at = rt * {}u + ct * {SIDE}u;\n  coopStoreT(res, &ss[at], {COLS}u);",
-                    SIDE * COLS
+                    "  let res = acc;\n  let at = rt * {}u + ct * {SIDE}u;\n  coopStoreT(res, &ss[at], {words}u);",
+                    SIDE * words
                 )
                 .unwrap();
             }
@@ -890,48 +1026,92 @@ impl Body {
 mod tests {
     use super::*;
 
-    /// Every head dimension the forms take fits the H200's 48 KiB of workgroup memory, and
-    /// every array stays a multiple of 16 bytes (so each starts on a 16-byte boundary).
+    /// Every head dimension the forms take fits the H200's 48 KiB of workgroup memory, every
+    /// array stays a multiple of 16 bytes (so each starts on a 16-byte boundary), and so does
+    /// the backward's second staged block within `xs`.
     #[test]
     fn tiles_fit_and_stay_aligned() {
         let f32 = DType::F32.size_bytes();
         let f16 = f32 / 2;
-        let check = |widths: &[usize]| {
-            assert!(workgroup_bytes(widths) <= WORKGROUP_BYTES, "{widths:?}");
-            for bytes in widths
+        let check = |arrays: &[usize], cols: usize, what: &str| {
+            let halves: usize = arrays.iter().sum();
+            assert!(workgroup_bytes(halves, cols) <= WORKGROUP_BYTES, "{what}");
+            for bytes in arrays
                 .iter()
-                .map(|w| COLS * (w + PAD) * f16)
-                .chain([ROWS * (COLS + PAD) * f16, ROWS * COLS * f32])
+                .map(|n| n * f16)
+                .chain([ROWS * (cols + PAD) * f16, ROWS * cols * f32])
             {
-                assert_eq!(bytes % 16, 0, "{widths:?}");
+                assert_eq!(bytes % 16, 0, "{what}");
             }
         };
-        let mut forwards = 0;
+        let (mut forwards, mut backwards) = (0, 0);
         for d in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
             for dv in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
+                let what = format!("d {d} dv {dv}");
                 if takes_shape(FlashKind::Forward, d, dv) {
                     forwards += 1;
-                    let arrays = forward_arrays(d, dv);
-                    check(&arrays.iter().map(|a| a.2).collect::<Vec<_>>());
+                    let arrays: Vec<usize> = forward_arrays(d, dv).iter().map(|a| a.1).collect();
+                    check(&arrays, COLS, &what);
                 }
                 if takes_shape(FlashKind::BackwardDq, d, dv) {
-                    check(&[d, dv]);
+                    backwards += 1;
+                    let cols = backward_cols(d, dv);
+                    let ([(_, n1), (_, n2)], side_by_side) = backward_arrays(d, dv);
+                    check(&[n1, n2], cols, &what);
+                    // the row block's operands fit, side by side or in turn through `x1`
+                    let need = if side_by_side {
+                        ROWS * (d + PAD)
+                    } else {
+                        ROWS * (d.max(dv) + PAD)
+                    };
+                    assert!(
+                        need <= n1 && (!side_by_side || ROWS * (dv + PAD) <= n2),
+                        "{what}"
+                    );
                 }
             }
         }
-        // d: 16, 32, ..., 128; dv: 32, 64, 128
-        assert_eq!(forwards, 8 * 3);
+        // d: 16, 32, ..., 128; dv: 32, 64, 128; the backward's 32, 64, 128 both
+        assert_eq!((forwards, backwards), (8 * 3, 3 * 3));
+        assert!(!takes_shape(FlashKind::BackwardDq, 96, 96));
         assert!(takes_shape(FlashKind::Forward, 128, 128));
         assert!(shares_staging(128, 128) && !shares_staging(64, 64));
         assert!(!takes_shape(FlashKind::Forward, 64, 96));
-        assert!(!takes_shape(FlashKind::BackwardDq, 128, 128));
+        assert!(takes_shape(FlashKind::BackwardDq, 128, 128));
+        assert!(!takes_shape(FlashKind::BackwardDkDv, 128, 48));
+        assert_eq!((backward_cols(64, 64), backward_cols(64, 128)), (64, 32));
+    }
+
+    /// At every walked-block width, a subgroup's 32 lanes read `ss` from 32 distinct banks at
+    /// every step.
+    #[test]
+    fn rotated_reads_take_distinct_banks() {
+        for cols in [COLS, COLS / 2] {
+            let per = cols / PER_ROW;
+            let (spread, quarters) = rotation(cols);
+            for c in 0..per {
+                let mut banks: Vec<usize> = (0..SUBGROUP_SIZE)
+                    .map(|me| {
+                        let (r, h) = (me / PER_ROW, me % PER_ROW);
+                        let rot = spread * (r % (SUBGROUP_SIZE / PER_ROW)) + h / quarters;
+                        (r * cols + h * per + (rot + c) % per) % BANKS
+                    })
+                    .collect();
+                banks.sort_unstable();
+                banks.dedup();
+                assert_eq!(banks.len(), BANKS, "cols {cols} step {c}");
+            }
+        }
     }
 
     /// Eight consecutive padded `f16` rows start in eight distinct 16-byte bank groups (a
     /// row's length in 16-byte units is odd), so a cooperative load's 8 rows never collide.
     #[test]
     fn padded_rows_spread_over_the_banks() {
-        for width in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE).chain([COLS]) {
+        for width in (SIDE..=MAX_FORWARD_DIM)
+            .step_by(SIDE)
+            .chain([COLS, COLS / 2])
+        {
             let units = (width + PAD) * DType::F32.size_bytes() / 2 / 16;
             assert_eq!(units % 2, 1, "{width}");
         }
