@@ -42,6 +42,18 @@ pub struct SplitSum {
     pub flash_dq: bool,
 }
 
+/// The largest `|dO|` of each chunk of each batch entry's `[sq, dv]` slice
+/// ([`crate::codegen::flash::coop::scale_chunks`] chunks an entry), from which the flash
+/// backward on tensor cores ([`crate::codegen::flash::coop`]) takes the power of two it stages
+/// `dO` at, so that gradients of a mean loss do not underflow `f16`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlashScale {
+    /// `dO [batch.., sq, dv]`.
+    pub d_o: View,
+    /// `[batch.., chunks, 1]`.
+    pub out: View,
+}
+
 /// A flash attention kernel (see [`crate::flash`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flash {
@@ -62,6 +74,8 @@ pub struct Flash {
     pub d_o: Option<View>,
     pub lse: Option<View>,
     pub delta: Option<View>,
+    /// The tensor-core backward kernels: `dO`'s [`FlashScale`] maxima, `[batch.., chunks, 1]`.
+    pub d_o_scale: Option<View>,
     /// Views of the score function's other operands, and of its backward's.
     pub score_extras: Vec<View>,
     pub dscore_extras: Vec<View>,
@@ -168,6 +182,7 @@ pub enum KernelPlan {
     ScatterAdd(ScatterAdd),
     SliceGrad(SliceGrad),
     Flash(Box<Flash>),
+    FlashScale(FlashScale),
 }
 
 impl KernelPlan {
@@ -206,6 +221,7 @@ impl KernelPlan {
             }
             KernelPlan::ScatterAdd(_) => "scatter_add",
             KernelPlan::Flash(f) => f.spec.pattern(),
+            KernelPlan::FlashScale(_) => "flash_attention_bwd_scale",
             KernelPlan::SliceGrad(_) => "slice_grad",
         }
     }
@@ -246,6 +262,7 @@ impl KernelPlan {
             KernelPlan::ScatterAdd(s) => vec![&s.dy, &s.ids, &s.out],
             KernelPlan::SliceGrad(s) => vec![&s.dy, &s.out],
             KernelPlan::Flash(f) => f.reads().into_iter().chain(&f.outputs).collect(),
+            KernelPlan::FlashScale(s) => vec![&s.d_o, &s.out],
         };
         views.into_iter().map(distinct).sum()
     }
@@ -295,11 +312,13 @@ impl KernelPlan {
                     .chain(&mut k.d_o)
                     .chain(&mut k.lse)
                     .chain(&mut k.delta)
+                    .chain(&mut k.d_o_scale)
                     .chain(&mut k.score_extras)
                     .chain(&mut k.dscore_extras)
                     .chain(&mut k.outputs)
                     .for_each(f);
             }
+            KernelPlan::FlashScale(s) => [&mut s.d_o, &mut s.out].into_iter().for_each(f),
         }
     }
 
@@ -340,6 +359,7 @@ impl KernelPlan {
                 f.reads().iter().map(|v| v.buffer).collect(),
                 f.outputs.iter().map(|v| v.buffer).collect(),
             ),
+            KernelPlan::FlashScale(s) => (vec![s.d_o.buffer], vec![s.out.buffer]),
         }
     }
 }
@@ -349,6 +369,7 @@ impl Flash {
     pub fn reads(&self) -> Vec<&View> {
         let mut v = vec![&self.q, &self.k, &self.v];
         v.extend(self.d_o.iter().chain(&self.lse).chain(&self.delta));
+        v.extend(&self.d_o_scale);
         v.extend(self.score_extras.iter().chain(&self.dscore_extras));
         v
     }

@@ -101,6 +101,8 @@ pub fn lower(
         matmul_split: options.matmul_split,
         max_binding: options.max_binding_size,
         flash_tile: options.flash_tile,
+        tensor_cores: options.tensor_cores,
+        flash_scales: HashMap::new(),
     };
     for (i, value) in g.values.iter().enumerate() {
         let v = ValueId(i as u32);
@@ -167,6 +169,11 @@ struct Lowering<'g> {
     max_binding: u64,
     /// The flash kernels' tiling, for the whole backward's groups of key blocks.
     flash_tile: crate::codegen::flash::Tiling,
+    /// [`crate::Options::tensor_cores`]: the flash backward kernels that codegen writes on
+    /// tensor cores read `dO`'s [`FlashScale`].
+    tensor_cores: bool,
+    /// The [`FlashScale`] of each `dO` made so far (the dQ and dK/dV kernels share one).
+    flash_scales: HashMap<ValueId, View>,
 }
 
 impl Lowering<'_> {
@@ -594,6 +601,11 @@ impl Lowering<'_> {
             });
         }
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
+        // codegen writes this kernel on tensor cores: its f16 operands take dO scaled
+        let d_o_scale = (backward
+            && self.tensor_cores
+            && crate::codegen::flash::coop::takes_shape(spec.kind, d, dv))
+        .then(|| self.flash_scale(node, over_batch(&views[3]), &batch));
         let plan = crate::kernel::Flash {
             spec: spec.clone(),
             batch: batch.clone(),
@@ -607,6 +619,7 @@ impl Lowering<'_> {
             d_o: backward.then(|| over_batch(&views[3])),
             lse: backward.then(|| over_batch(&views[4])),
             delta: backward.then(|| over_batch(&views[5])),
+            d_o_scale,
             score_extras,
             dscore_extras,
             outputs,
@@ -618,6 +631,28 @@ impl Lowering<'_> {
             self.push_node(KernelPlan::SplitSum(sum), node);
         }
         Ok(())
+    }
+
+    /// The [`FlashScale`] of the flash backward `node`'s `dO` (its view over the score space's
+    /// `batch`), made before the first kernel that reads it.
+    fn flash_scale(&mut self, node: &KNode, d_o: View, batch: &[usize]) -> View {
+        let value = node.inputs[3];
+        if let Some(view) = self.flash_scales.get(&value) {
+            return view.clone();
+        }
+        let r = d_o.rank();
+        let chunks = crate::codegen::flash::coop::scale_chunks(d_o.shape[r - 2] * d_o.shape[r - 1]);
+        let mut shape = batch.to_vec();
+        shape.extend([chunks, 1]);
+        let label = format!("{} (flash dO maxima)", self.g.name_of(value));
+        let out = self.new_buffer(TensorType::new(DType::F32, shape), BufferKind::Temp, &label);
+        let plan = FlashScale {
+            d_o,
+            out: out.clone(),
+        };
+        self.push_node(KernelPlan::FlashScale(plan), node);
+        self.flash_scales.insert(value, out.clone());
+        out
     }
 
     fn matmul(

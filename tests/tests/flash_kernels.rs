@@ -258,33 +258,16 @@ fn check_special(
     choice: &AdapterChoice,
     special: &[(&str, usize, usize, f64)],
 ) {
-    let kg = flash_graph(case, kind);
-    let mut rng = Rng::new(case.sq as u64 * 31 + case.d as u64);
-    let mut feed: HashMap<String, Tensor> = HashMap::new();
-    for v in &kg.values {
-        if v.def == KDef::Input {
-            let mut t = random_tensor(&mut rng, &v.ty, 1);
-            if v.name == "lse" {
-                // a plausible log-sum-exp: large enough that exp(s - L) stays below 1
-                for x in t.data.iter_mut() {
-                    *x = x.abs() + 2.0;
-                }
+    let edit = |name: &str, t: &mut Tensor| {
+        let shape = t.shape().to_vec();
+        let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+        for &(input, row, col, x) in special {
+            if input == name && row < rows && col < cols {
+                t.data[row * cols + col] = x;
             }
-            let cols = v.ty.shape[v.ty.shape.len() - 1];
-            let rows = v.ty.shape[v.ty.shape.len() - 2];
-            for &(name, row, col, x) in special {
-                if name == v.name && row < rows && col < cols {
-                    t.data[row * cols + col] = x;
-                }
-            }
-            feed.insert(v.name.clone(), t);
         }
-    }
-    let want = evaluate(&kg, &feed, &HashMap::new()).expect("the semantics evaluate");
-    let artifact = sinter_compiler::compile_kernel_graph(&kg, options)
-        .unwrap_or_else(|e| panic!("compile: {e}"));
-    let mut session = Session::load_with(artifact, choice).unwrap_or_else(|e| panic!("load: {e}"));
-    let got = run_session(&mut session, &feed);
+    };
+    let (want, got) = run_flash(case, kind, options, choice, &edit);
     // products of f16 operands (11 significant bits) on tensor cores, else f32 throughout
     let tolerance = match (options.tensor_cores, kind) {
         (false, _) => 1e-4,
@@ -292,7 +275,7 @@ fn check_special(
         // the score gradient P·(dP − D) subtracts two sums of f16 products
         (true, _) => 1e-2,
     };
-    for (name, w) in &want.outputs {
+    for (name, w) in &want {
         let a = &got[name];
         let err = relative_error(&a.data, &w.data);
         if options.tensor_cores {
@@ -312,6 +295,39 @@ fn check_special(
             &w.data[..w.data.len().min(12)]
         );
     }
+}
+
+/// The semantics' outputs and the GPU's for the kernel of `kind` over `case`, compiled with
+/// `options`, on random inputs (a plausible log-sum-exp `L`) that `edit` may change by name.
+fn run_flash(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+    edit: &dyn Fn(&str, &mut Tensor),
+) -> (Vec<(String, Tensor)>, HashMap<String, Tensor>) {
+    let kg = flash_graph(case, kind);
+    let mut rng = Rng::new(case.sq as u64 * 31 + case.d as u64);
+    let mut feed: HashMap<String, Tensor> = HashMap::new();
+    for v in &kg.values {
+        if v.def == KDef::Input {
+            let mut t = random_tensor(&mut rng, &v.ty, 1);
+            if v.name == "lse" {
+                // a plausible log-sum-exp: large enough that exp(s - L) stays below 1
+                for x in t.data.iter_mut() {
+                    *x = x.abs() + 2.0;
+                }
+            }
+            edit(&v.name, &mut t);
+            feed.insert(v.name.clone(), t);
+        }
+    }
+    let want = evaluate(&kg, &feed, &HashMap::new()).expect("the semantics evaluate");
+    let artifact = sinter_compiler::compile_kernel_graph(&kg, options)
+        .unwrap_or_else(|e| panic!("compile: {e}"));
+    let mut session = Session::load_with(artifact, choice).unwrap_or_else(|e| panic!("load: {e}"));
+    let got = run_session(&mut session, &feed);
+    (want.outputs.into_iter().collect(), got)
 }
 
 fn cases() -> Vec<Case> {
@@ -373,10 +389,7 @@ fn backward_whole() {
 #[test]
 fn tensor_cores() {
     let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let options = sinter_compiler::Options {
-        tensor_cores: true,
-        ..Default::default()
-    };
+    let options = tensor_core_options();
     let c = Case::new;
     let cases = [
         c(vec![1, 2], 17, 17, 16, 32, Mask::None, false),
@@ -406,12 +419,7 @@ fn tensor_cores() {
         FlashKind::BackwardDkDv,
     ];
     // every kernel compiles, and naga validates it, on any adapter
-    for case in &cases {
-        for kind in kinds {
-            sinter_compiler::compile_kernel_graph(&flash_graph(case, kind), &options)
-                .unwrap_or_else(|e| panic!("compile {kind:?} d={} dv={}: {e}", case.d, case.dv));
-        }
-    }
+    compile_every(&cases, &kinds, &options);
     if !tensor_cores_here(&choice) {
         return;
     }
@@ -422,6 +430,63 @@ fn tensor_cores() {
                 case.mask, case.sq, case.sk, case.d, case.dv
             );
             check_special(case, kind, &options, &choice, &[]);
+        }
+    }
+}
+
+/// The tensor-core backward stages `dO` as `f16` scaled by a power of two per batch entry
+/// (`FlashScale`): a mean loss's gradients, around 1e-6, would otherwise be subnormal or zero
+/// in `f16`, and gradients around 3e4 would overflow it in the score gradient. Each head gets
+/// its own magnitude (its `dO` and `D`), and each head's results must come out within the
+/// tensor cores' tolerance of its own largest result: in an error over the whole tensor a head
+/// at 1e-6 would hide behind one at 3e4.
+#[test]
+fn tensor_cores_scale_the_gradients() {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let options = tensor_core_options();
+    let magnitudes = [1e-6, 1.0, 3e4];
+    let c = Case::new;
+    let cases = [
+        c(vec![1, 3], 100, 90, 64, 64, Mask::Causal, false),
+        c(vec![1, 3], 70, 70, 128, 128, Mask::None, false),
+    ];
+    let kinds = [FlashKind::BackwardDq, FlashKind::BackwardDkDv];
+    compile_every(&cases, &kinds, &options);
+    if !tensor_cores_here(&choice) {
+        return;
+    }
+    let edit = |name: &str, t: &mut Tensor| {
+        if name == "do" || name == "delta" {
+            let per_head = t.data.len() / magnitudes.len();
+            for (chunk, m) in t.data.chunks_mut(per_head).zip(magnitudes) {
+                chunk.iter_mut().for_each(|x| *x *= m);
+            }
+        }
+    };
+    for case in &cases {
+        for kind in kinds {
+            let (want, got) = run_flash(case, kind, &options, &choice, &edit);
+            for (name, w) in &want {
+                let per_head = w.data.len() / magnitudes.len();
+                let heads = got[name].data.chunks(per_head).zip(w.data.chunks(per_head));
+                for ((a, w), m) in heads.zip(magnitudes) {
+                    let largest = w.iter().fold(0.0f64, |l, x| l.max(x.abs()));
+                    let worst = a
+                        .iter()
+                        .zip(w)
+                        .fold(0.0f64, |e, (a, w)| e.max((a - w).abs()));
+                    let err = worst / largest;
+                    eprintln!(
+                        "  {kind:?} d={} `{name}`, dO around {m:e}: within {err:.2e}",
+                        case.d
+                    );
+                    assert!(
+                        err < 1e-2,
+                        "{kind:?} d={}: `{name}` with dO around {m:e} differs by {err:e} of its largest magnitude {largest:e}",
+                        case.d
+                    );
+                }
+            }
         }
     }
 }
@@ -450,10 +515,7 @@ fn special_values() {
     special_values_under(&options, &choice, [16, 16, 8], 16, &backward);
     // the tensor-core forms (head dims they take; no whole backward), where the adapter has
     // them: the f16 operands keep NaN and ±inf
-    let options = sinter_compiler::Options {
-        tensor_cores: true,
-        ..Default::default()
-    };
+    let options = tensor_core_options();
     if tensor_cores_here(&choice) {
         special_values_under(&options, &choice, [32, 32, 32], 32, &backward[..2]);
         // the forward's key and value blocks in turn, the backward's walked blocks of 32
@@ -499,14 +561,30 @@ fn special_values_under(
     }
 }
 
+/// Compiles the kernel of every kind in `kinds` over every case with `options`: each passes
+/// naga's validation, on any machine.
+fn compile_every(cases: &[Case], kinds: &[FlashKind], options: &sinter_compiler::Options) {
+    for case in cases {
+        for &kind in kinds {
+            sinter_compiler::compile_kernel_graph(&flash_graph(case, kind), options)
+                .unwrap_or_else(|e| panic!("compile {kind:?} d={} dv={}: {e}", case.d, case.dv));
+        }
+    }
+}
+
+/// Compile options with the flash kernels on tensor cores.
+fn tensor_core_options() -> sinter_compiler::Options {
+    sinter_compiler::Options {
+        tensor_cores: true,
+        ..Default::default()
+    }
+}
+
 /// Whether the adapter of `choice` runs tensor-core artifacts. Where it does not (Mesa's
 /// software Vulkan, so CI), such an artifact still compiles, validates and names the feature
 /// it needs, and loading refuses it by that name.
 fn tensor_cores_here(choice: &AdapterChoice) -> bool {
-    let options = sinter_compiler::Options {
-        tensor_cores: true,
-        ..Default::default()
-    };
+    let options = tensor_core_options();
     let case = Case::new(vec![1, 2], 17, 17, 16, 32, Mask::None, false);
     let probe =
         sinter_compiler::compile_kernel_graph(&flash_graph(&case, FlashKind::Forward), &options)

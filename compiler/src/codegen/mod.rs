@@ -108,6 +108,7 @@ pub fn emit(
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
         KernelPlan::Flash(k) => flash::emit(&mut e, k, flash_tile, tensor_cores),
+        KernelPlan::FlashScale(k) => flash::coop::emit_scale(&mut e, k),
     };
     e.finish(plan.pattern(), &body, workgroups, shared)
 }

@@ -248,7 +248,17 @@ fn flash_cost(
     } else {
         (LAUNCH_NS, bytes)
     };
-    launch + bytes / BYTES_PER_NS + 2.0 * scores * products / FLASH_FLOPS_PER_NS / speedup / balance
+    // the tensor-core backward's pass over dO for its gradient scale (`FlashScale`), shared by
+    // the dQ and dK/dV kernels
+    let scale_pass = if coop && spec.kind != FlashKind::Forward {
+        (LAUNCH_NS + types[3].size_bytes() as f64 / BYTES_PER_NS) / 2.0
+    } else {
+        0.0
+    };
+    launch
+        + scale_pass
+        + bytes / BYTES_PER_NS
+        + 2.0 * scores * products / FLASH_FLOPS_PER_NS / speedup / balance
 }
 
 /// The share of `sms` SMs' time that `batch` rounds of workgroups with works `per_block` keep

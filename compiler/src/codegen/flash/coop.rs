@@ -26,11 +26,22 @@
 //! backward's `dQ` partial sums have no such form: with tensor cores the optimizer keeps the
 //! backward split.
 //!
-//! **Precision.** `Q`, `K`, `V` and `P` are rounded to `f16` (11 significant bits; values past
-//! f16's ±65504 are out of the mode's range); sums, the softmax and the outputs are `f32`. The
-//! opt-in trade of PyTorch's `set_float32_matmul_precision("medium")`: on random inputs the
-//! outputs and gradients differ from the `f32` kernels' by up to ~8e-4 of their largest
-//! magnitude.
+//! **Precision.** `Q`, `K`, `V`, `P`, `dO` and the score gradient are rounded to `f16` (11
+//! significant bits; `Q`, `K` and `V` past f16's ±65504 are out of the mode's range); sums,
+//! the softmax and the outputs are `f32`. The opt-in trade of PyTorch's
+//! `set_float32_matmul_precision("medium")`: on random inputs the outputs and gradients differ
+//! from the `f32` kernels' by up to ~8e-4 of their largest magnitude.
+//!
+//! **Gradients scaled by a power of two** ([`emit_scale`], [`crate::kernel::FlashScale`]).
+//! The gradient of a mean loss is small: in a GPT step `dO` is around 1e-5 and the score
+//! gradient around 1e-7, subnormal or zero in `f16` (whose smallest normal is 6.1e-5), which is
+//! why fp16 training in PyTorch needs a loss scaler. Here the backward scales itself: a pass
+//! before it takes the largest `|dO|` of each batch entry (in chunks, a workgroup each), and
+//! the dQ and dK/dV kernels stage `dO · 2^-e` (`e` the largest's exponent), take `D · 2^-e`,
+//! and multiply their results by `2^e` — exact in binary, so the scale costs no precision, and
+//! the `f16` operands sit near 1 whatever the loss's scale (large gradients no longer overflow
+//! the score gradient either). Without it a byte-level GPT trained with `--tensor-cores` lagged
+//! the `f32` run's held-out loss by 0.14 after 4000 steps; with it the two agree (BENCHMARKS.md).
 //!
 //! **What the hardware and naga ask for** (each found on the H200, each costing wrong results
 //! or time when missed):
@@ -157,6 +168,115 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
 }
 
+/// Elements of `dO` an invocation of the [`FlashScale`] kernel reads per loop iteration.
+///
+/// [`FlashScale`]: crate::kernel::FlashScale
+const SCALE_UNROLL: usize = 4;
+/// Elements of a batch entry's `dO` that one workgroup of the [`FlashScale`] kernel takes the
+/// maximum of, at least: 32 for each invocation.
+///
+/// [`FlashScale`]: crate::kernel::FlashScale
+const SCALE_CHUNK: usize = 32 * THREADS;
+/// Most chunks a batch entry's `dO` is cut into (each backward workgroup reads them all).
+const MAX_SCALE_CHUNKS: usize = 64;
+
+/// Chunks the [`FlashScale`] kernel cuts a batch entry's `elements` of `dO` into, one
+/// workgroup each: enough workgroups to spread the pass over the GPU (one per entry left 0.1
+/// ms of a 2.2 ms attention step on the H200), few enough values for the backward to read.
+///
+/// [`FlashScale`]: crate::kernel::FlashScale
+pub fn scale_chunks(elements: usize) -> usize {
+    elements.div_ceil(SCALE_CHUNK).clamp(1, MAX_SCALE_CHUNKS)
+}
+
+/// Writes the [`FlashScale`] kernel: a workgroup per chunk of a batch entry's `dO` (256
+/// invocations, each a strided share of the chunk, then a tree through workgroup memory)
+/// writes its chunk's largest `|dO|`. Returns the body, the grid and the workgroup memory in
+/// bytes.
+///
+/// [`FlashScale`]: crate::kernel::FlashScale
+pub fn emit_scale(e: &mut Emitter, k: &crate::kernel::FlashScale) -> (String, [u32; 3], u32) {
+    let r = k.d_o.rank();
+    let batch = k.d_o.shape[..r - 2].to_vec();
+    let (rows, width) = (k.d_o.shape[r - 2], k.d_o.shape[r - 1]);
+    let nb = batch.len();
+    let entries: usize = batch.iter().product();
+    if entries > MAX_GROUPS as usize {
+        e.refuse(
+            "flash attention",
+            format!("{entries} batch entries pass the {MAX_GROUPS} workgroups of one dispatch"),
+        );
+    }
+    let chunks = k.out.shape[k.out.rank() - 2];
+    let chunk = (rows * width).div_ceil(chunks);
+    let mut s = String::new();
+    writeln!(s, "var<workgroup> red: array<f32, {THREADS}>;").unwrap();
+    writeln!(s, "@compute @workgroup_size({THREADS})").unwrap();
+    writeln!(
+        s,
+        "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{"
+    )
+    .unwrap();
+    let dims = e.params(&batch);
+    decompose(&mut s, "    ", "wid.x", "b", &dims);
+    let d_o = bind(&mut s, e, "do", &k.d_o, nb);
+    let out = bind(&mut s, e, "out", &k.out, nb);
+    let (n, w, len) = (e.param(rows * width), e.param(width), e.param(chunk));
+    let step = THREADS * SCALE_UNROLL;
+    writeln!(
+        s,
+        "    let n = {n};\n    let w = {w};\n    let first = wid.y * {len};\n    let end = min(first + {len}, n);\n    var m = 0.0;\n    for (var i0 = first + lid; i0 < end; i0 = i0 + {step}u) {{"
+    )
+    .unwrap();
+    for u in 0..SCALE_UNROLL {
+        writeln!(
+            s,
+            "        {{ let i = min(i0 + {}u, n - 1u); m = max(m, select(0.0, abs({}), i0 + {}u < end)); }}",
+            u * THREADS,
+            d_o.load("i / w", "i % w"),
+            u * THREADS
+        )
+        .unwrap();
+    }
+    writeln!(s, "    }}\n    red[lid] = m;\n    workgroupBarrier();").unwrap();
+    let mut half = THREADS / 2;
+    while half > 0 {
+        writeln!(
+            s,
+            "    if (lid < {half}u) {{ red[lid] = max(red[lid], red[lid + {half}u]); }}\n    workgroupBarrier();"
+        )
+        .unwrap();
+        half /= 2;
+    }
+    writeln!(
+        s,
+        "    if (lid == 0u) {{ {}[{}] = red[0]; }}\n}}",
+        out.arena,
+        out.at("wid.y", "0u")
+    )
+    .unwrap();
+    e.loop_trips(chunk.div_ceil(step) as u64);
+    (
+        s,
+        [entries as u32, chunks as u32, 1],
+        (THREADS * DType::F32.size_bytes()) as u32,
+    )
+}
+
+/// WGSL binding `gs` to the power of two a backward kernel stages `dO` at and `ugs` to its
+/// inverse, from the [`FlashScale`] maxima `maxima` (`chunks` of them): `2^-e` for the
+/// exponent `e` of the largest, so that `|dO| · gs` is below 2, clamped to `±126` so that
+/// both stay normal; 1 where the largest is zero, infinite or NaN (the values then pass as
+/// they are, and a NaN still reaches every result it reaches unscaled).
+///
+/// [`FlashScale`]: crate::kernel::FlashScale
+fn gradient_scale(maxima: &Mat, chunks: usize) -> String {
+    format!(
+        "    var gm = 0.0;\n    for (var c = 0u; c < {chunks}u; c = c + 1u) {{ gm = max(gm, {}); }}\n    let ge = clamp(i32((bitcast<u32>(gm) >> 23u) & 255u) - 127, -126, 126);\n    let gs = select(1.0, bitcast<f32>(u32(127 - ge) << 23u), gm > 0.0 && gm <= 3.4028235e38);\n    let ugs = 1.0 / gs;\n",
+        maxima.load("c", "0u")
+    )
+}
+
 /// Bytes of workgroup memory a kernel declares whose staged arrays hold `halves` and whose
 /// walked blocks have `cols` rows: those arrays, `ps` and `ss` (the row block by a walked
 /// block) and the verdict's quad.
@@ -227,7 +347,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let mut cx = body(s, nb, fixed);
     // the query block, as f16, to registers: the A operands of the subgroup's score tiles
     // (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
-    cx.line(1, &staged(&q, qa, d, "row0", "SQ"));
+    cx.line(1, &staged(&q, qa, d, "", "row0", "SQ"));
     cx.line(1, "workgroupBarrier();");
     let score_tiles = (ROWS / SIDE) * (COLS / SIDE) / SUBGROUPS;
     let mut t = String::new();
@@ -248,6 +368,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         rows: COLS,
         width: d,
         to: ka,
+        scale: "",
     };
     let pv = Prefetch {
         m: &v,
@@ -255,6 +376,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         rows: COLS,
         width: dv,
         to: va,
+        scale: "",
     };
     cx.line(
         1,
@@ -496,6 +618,12 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let d_o = bind(&mut s, e, "do", k.d_o.as_ref().expect("dO"), nb);
     let lse = bind(&mut s, e, "lse", k.lse.as_ref().expect("L"), nb);
     let delta = bind(&mut s, e, "dd", k.delta.as_ref().expect("D"), nb);
+    // dO, and so dP, D and the score gradient, scaled by a power of two (`FlashScale`), the
+    // results by its inverse: exact, and the f16 operands stay clear of underflow
+    let maxima = k.d_o_scale.as_ref().expect("dO maxima");
+    let chunks = maxima.shape[maxima.rank() - 2];
+    let maxima_mat = bind(&mut s, e, "gm", maxima, nb);
+    s.push_str(&gradient_scale(&maxima_mat, chunks));
     let outs: Vec<Mat> = k
         .outputs
         .iter()
@@ -512,7 +640,13 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     // the row block to the subgroups' registers, through `x1` and `x2` side by side, or
     // through `x1` in turn
     let score_tiles = (ROWS / SIDE) * (cols / SIDE) / SUBGROUPS;
-    let both = [(a1, "fa", x1, d), (a2, "fb", x2, dv)];
+    // dO is the row block's second operand (dQ) or the walked side's (dK/dV)
+    let (row_scale, walk_scale) = if by_keys {
+        ("", " * gs")
+    } else {
+        (" * gs", "")
+    };
+    let both = [(a1, "fa", x1, d, ""), (a2, "fb", x2, dv, row_scale)];
     let passes = if side_by_side {
         vec![both.to_vec()]
     } else {
@@ -520,17 +654,17 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
             array: x1.array,
             ..x2
         };
-        vec![vec![both[0]], vec![(a2, "fb", x2_in_x1, dv)]]
+        vec![vec![both[0]], vec![(a2, "fb", x2_in_x1, dv, row_scale)]]
     };
     for pass in &passes {
         let mut t = String::new();
-        for &(m, _, to, width) in pass {
-            t.push_str(&staged(m, to, width, "row0", rows_len));
+        for &(m, _, to, width, scale) in pass {
+            t.push_str(&staged(m, to, width, scale, "row0", rows_len));
             t.push('\n');
         }
         t.push_str("workgroupBarrier();\n");
         for n in 0..score_tiles {
-            for &(_, name, to, width) in pass {
+            for &(_, name, to, width, _) in pass {
                 t.push_str(&fragments(n, name, to, width, cols));
             }
         }
@@ -556,6 +690,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         rows: cols,
         width: d,
         to: x1,
+        scale: "",
     };
     let p2 = Prefetch {
         m: b2,
@@ -563,6 +698,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         rows: cols,
         width: dv,
         to: x2,
+        scale: walk_scale,
     };
     write!(
         t,
@@ -576,7 +712,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         let i = "min(row0 + r, SQ - 1u)";
         write!(
             t,
-            "\nlet lq = {};\nlet dq = {};",
+            "\nlet lq = {};\nlet dq = {} * gs;",
             lse.load(i, "0u"),
             delta.load(i, "0u")
         )
@@ -641,7 +777,10 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         };
         let (lq, dq) = if by_keys {
             let ic = format!("min({i}, SQ - 1u)");
-            (lse.load(&ic, "0u"), delta.load(&ic, "0u"))
+            (
+                lse.load(&ic, "0u"),
+                format!("{} * gs", delta.load(&ic, "0u")),
+            )
         } else {
             ("lq".to_string(), "dq".to_string())
         };
@@ -685,12 +824,12 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     cx.line(1, "}");
     // the results through `ss`, eight tiles at a time
     for (out, &(acc, width)) in outs.iter().zip(&accumulators) {
-        cx.write_accumulator(acc, width, out, rows_len, cols);
+        cx.write_accumulator(acc, width, out, rows_len, cols, " * ugs");
     }
     // the walk and the results' loops (the staging is unrolled)
     let walked = if by_keys { k.sq } else { k.sk };
     let results: usize = accumulators.iter().map(|&(_, w)| ROWS * w / THREADS).sum();
-    e.loop_trips(walked.div_ceil(cols) as u64 + results as u64);
+    e.loop_trips(walked.div_ceil(cols) as u64 + results as u64 + chunks as u64);
     let mut s = cx.s;
     s.push_str("}\n");
     (s, grid, bytes)
@@ -798,15 +937,17 @@ fn if_live(dead: &str) -> String {
     )
 }
 
-/// WGSL that stages 64 rows from `first` of `m` (`width` words each) to the block `to`, zero
-/// past `len`, through registers (as [`Prefetch`] does, in its own scope).
-fn staged(m: &Mat, to: Staged, width: usize, first: &str, len: &str) -> String {
+/// WGSL that stages 64 rows from `first` of `m` (`width` words each, times `scale` as in
+/// [`Prefetch`]) to the block `to`, zero past `len`, through registers (as [`Prefetch`] does,
+/// in its own scope).
+fn staged(m: &Mat, to: Staged, width: usize, scale: &str, first: &str, len: &str) -> String {
     let p = Prefetch {
         m,
         reg: "staging",
         rows: ROWS,
         width,
         to,
+        scale,
     };
     format!("{{\n{}\n{}{}}}", p.declare(), p.fetch(first, len), p.put())
 }
@@ -820,6 +961,9 @@ struct Prefetch<'a> {
     rows: usize,
     width: usize,
     to: Staged<'a>,
+    /// A WGSL factor the values are multiplied by before they are rounded to `f16` (` * gs`
+    /// for `dO` in the backward), or empty.
+    scale: &'a str,
 }
 
 impl Prefetch<'_> {
@@ -845,9 +989,10 @@ impl Prefetch<'_> {
             );
             writeln!(
                 t,
-                "{{ let g = {first} + {j}; {}[{n}] = f16(select(0.0, {}, g < {len})); }}",
+                "{{ let g = {first} + {j}; {}[{n}] = f16(select(0.0, {}{}, g < {len})); }}",
                 self.reg,
                 self.m.load(&format!("min(g, {len} - 1u)"), &c),
+                self.scale,
             )
             .unwrap();
         }
@@ -911,9 +1056,17 @@ enum Dest<'a> {
 impl Body {
     /// Writes the accumulators `{acc}{n}` (the tiles of 64 rows × `width` columns, as
     /// [`Body::tiles`] divides them: tile `sg_id + 8n` of a row of `width / 16` tiles, so each
-    /// `n` covers whole rows, 2048 words) to the rows of `out` below `len`, through `ss`
-    /// (64 × `cols` words) in as few passes as it takes.
-    fn write_accumulator(&mut self, acc: &str, width: usize, out: &Mat, len: &str, cols: usize) {
+    /// `n` covers whole rows, 2048 words) to the rows of `out` below `len`, times `scale` (a
+    /// WGSL factor), through `ss` (64 × `cols` words) in as few passes as it takes.
+    fn write_accumulator(
+        &mut self,
+        acc: &str,
+        width: usize,
+        out: &Mat,
+        len: &str,
+        cols: usize,
+        scale: &str,
+    ) {
         let tiles = width / SIDE;
         let rows = SUBGROUPS / tiles * SIDE;
         let words = rows * width;
@@ -932,7 +1085,7 @@ impl Body {
             }
             writeln!(
                 t,
-                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]; }} }}",
+                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]{scale}; }} }}",
                 per_pass.min(count - first) * words / THREADS,
                 first * rows,
                 out.arena,
