@@ -172,8 +172,9 @@ struct Lowering<'g> {
     /// [`crate::Options::tensor_cores`]: the flash backward kernels that codegen writes on
     /// tensor cores read `dO`'s [`FlashScale`].
     tensor_cores: bool,
-    /// The [`FlashScale`] of each `dO` made so far (the dQ and dK/dV kernels share one).
-    flash_scales: HashMap<ValueId, View>,
+    /// The [`FlashScale`] of each `dO` (over a score batch) made so far: the dQ and dK/dV
+    /// kernels share one.
+    flash_scales: HashMap<(ValueId, Vec<usize>), View>,
 }
 
 impl Lowering<'_> {
@@ -637,7 +638,8 @@ impl Lowering<'_> {
     /// `batch`), made before the first kernel that reads it.
     fn flash_scale(&mut self, node: &KNode, d_o: View, batch: &[usize]) -> View {
         let value = node.inputs[3];
-        if let Some(view) = self.flash_scales.get(&value) {
+        let key = (value, batch.to_vec());
+        if let Some(view) = self.flash_scales.get(&key) {
             return view.clone();
         }
         let r = d_o.rank();
@@ -651,7 +653,7 @@ impl Lowering<'_> {
             out: out.clone(),
         };
         self.push_node(KernelPlan::FlashScale(plan), node);
-        self.flash_scales.insert(value, out.clone());
+        self.flash_scales.insert(key, out.clone());
         out
     }
 
