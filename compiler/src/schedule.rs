@@ -604,8 +604,7 @@ impl Lowering<'_> {
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
         // codegen writes this kernel on tensor cores: its f16 operands take dO scaled
         let d_o_scale = (backward
-            && self.tensor_cores
-            && crate::codegen::flash::coop::takes_shape(spec.kind, d, dv))
+            && crate::codegen::flash::coop::runs(self.tensor_cores, spec.kind, d, dv))
         .then(|| self.flash_scale(node, over_batch(&views[3]), &batch));
         let plan = crate::kernel::Flash {
             spec: spec.clone(),

@@ -204,8 +204,7 @@ fn flash_cost(
     // and the partial sums written and added.
     let merged = merge && spec.kind == FlashKind::BackwardDq && spec.merges(q, v, tensor_cores);
     // the kernel runs in its tensor-core form (`codegen::flash::coop`)
-    let coop = tensor_cores
-        && crate::codegen::flash::coop::takes_shape(spec.kind, d as usize, dv as usize);
+    let coop = crate::codegen::flash::coop::runs(tensor_cores, spec.kind, d as usize, dv as usize);
     let speedup = match (coop, spec.kind) {
         (false, _) => 1.0,
         (true, FlashKind::Forward) => TENSOR_CORE_FORWARD_SPEEDUP,

@@ -138,6 +138,14 @@ pub fn takes(k: &Flash) -> bool {
     takes_shape(k.spec.kind, k.d, k.dv)
 }
 
+/// Whether a flash kernel of `kind` with head dimensions `d`, `dv` runs in its tensor-core
+/// form under [`crate::Options::tensor_cores`] = `tensor_cores`: the one decision that codegen
+/// (which writes the form), lowering (which gives the backward forms their `dO` maxima) and the
+/// cost model (which prices the form) share.
+pub fn runs(tensor_cores: bool, kind: FlashKind, d: usize, dv: usize) -> bool {
+    tensor_cores && takes_shape(kind, d, dv)
+}
+
 /// [`takes`] for a kernel of `kind` with head dimensions `d` (queries, keys) and `dv` (values).
 pub fn takes_shape(kind: FlashKind, d: usize, dv: usize) -> bool {
     match kind {
@@ -646,17 +654,21 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     } else {
         (" * gs", "")
     };
-    let both = [(a1, "fa", x1, d, ""), (a2, "fb", x2, dv, row_scale)];
-    let passes = if side_by_side {
-        vec![both.to_vec()]
+    let second = if side_by_side {
+        x2
     } else {
-        let x2_in_x1 = Staged {
+        Staged {
             array: x1.array,
             ..x2
-        };
-        vec![vec![both[0]], vec![(a2, "fb", x2_in_x1, dv, row_scale)]]
+        }
     };
-    for pass in &passes {
+    let both = [(a1, "fa", x1, d, ""), (a2, "fb", second, dv, row_scale)];
+    let passes: Vec<&[_]> = if side_by_side {
+        vec![&both]
+    } else {
+        both.chunks(1).collect()
+    };
+    for pass in passes {
         let mut t = String::new();
         for &(m, _, to, width, scale) in pass {
             t.push_str(&staged(m, to, width, scale, "row0", rows_len));

@@ -406,7 +406,7 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
 }
 
 /// Writes the flash kernel `k` with `tiling`, or, where `tensor_cores` and the kernel has such
-/// a form ([`coop::takes`]), its tensor-core form; returns the body, the grid and the workgroup
+/// a form ([`coop::runs`]), its tensor-core form; returns the body, the grid and the workgroup
 /// memory in bytes.
 pub fn emit(
     e: &mut Emitter,
@@ -418,7 +418,7 @@ pub fn emit(
     // reads clamp their rows and columns (`min(.., len - 1)`) and writes are masked to the
     // extents, so naga's clamps are redundant (they cost these kernels 12%).
     e.indices_in_range();
-    if tensor_cores && coop::takes(k) {
+    if coop::runs(tensor_cores, k.spec.kind, k.d, k.dv) {
         return coop::emit(e, k);
     }
     let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
