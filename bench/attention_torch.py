@@ -11,7 +11,10 @@ each backend that takes fp32:
         [--causal] [--repeats 10] [--json]
 
 Timed with CUDA events around forward + backward after two warm-up steps; the median of the
-repeats. TFLOP/s counts as FlashAttention-2 does (forward 4·B·H·S²·D, backward 2.5 times that,
+repeats. `--kernels` also lists the CUDA kernels the memory-efficient backend launched for one
+step, by `torch.profiler` (on sm80 and later they are CUTLASS's `fmha_cutlass{F,B}_f32_..._sm80`,
+whose fp32 products run on tensor cores as three TF32 products each, `OpMultiplyAddFastF32`
+in PyTorch's `mem_eff_attention/gemm_kernel_utils.h`, whatever `allow_tf32` says). TFLOP/s counts as FlashAttention-2 does (forward 4·B·H·S²·D, backward 2.5 times that,
 halved when causal). A backend that fails (out of memory) prints why and the others go on.
 """
 
@@ -57,6 +60,21 @@ def time_backend(backend, b, h, s, d, causal, repeats):
     return statistics.median(times), torch.cuda.max_memory_allocated()
 
 
+def kernels(b, h, s, d, causal):
+    """The CUDA kernels one step of the memory-efficient backend launches, with their times."""
+    gen = torch.Generator(device="cuda").manual_seed(s)
+    shape = (b, h, s, d)
+    q, k, v = (torch.randn(shape, device="cuda", generator=gen, requires_grad=True) for _ in range(3))
+    w = torch.randn(shape, device="cuda", generator=gen)
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        step(q, k, v, w, causal)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(q, k, v, w, causal)
+            torch.cuda.synchronize()
+    return [(e.device_time_total / 1000.0, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", default="512,1024,2048,4096")
@@ -66,6 +84,7 @@ def main():
     p.add_argument("--causal", action="store_true")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--kernels", action="store_true", help="list the memory-efficient backend's CUDA kernels")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -91,6 +110,9 @@ def main():
             if args.json:
                 print(json.dumps(record))
             sys.stdout.flush()
+        if args.kernels:
+            for ms, name in sorted(kernels(b, h, s, d, causal), reverse=True):
+                print(f"        kernel {ms:>9.3f}  {name[:120]}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -434,6 +434,70 @@ fn tensor_cores() {
     }
 }
 
+/// Shapes drawn at random (seeded, so a failure names a case that comes back): ragged and
+/// unequal lengths, every mask, grouped heads, head dims on and off the tensor-core forms'
+/// sizes. The `f32` kernels (every kind) run everywhere on short lengths (Mesa's software
+/// Vulkan takes minutes on long ones); the tensor-core forms compile and validate everywhere
+/// and run where the adapter has cooperative matrices, on more and longer cases.
+#[test]
+fn random_shapes() {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    for case in &random_cases(0x5EED_F1A5, 12, 100) {
+        for kind in [
+            FlashKind::Forward,
+            FlashKind::BackwardDq,
+            FlashKind::BackwardDkDv,
+            FlashKind::Backward,
+        ] {
+            check_on(case, kind, &sinter_compiler::Options::default(), &choice);
+        }
+    }
+    let options = tensor_core_options();
+    let kinds = [
+        FlashKind::Forward,
+        FlashKind::BackwardDq,
+        FlashKind::BackwardDkDv,
+    ];
+    let cases = random_cases(0x7C0F_F1A5, 24, 300);
+    compile_every(&cases, &kinds, &options);
+    if tensor_cores_here(&choice) {
+        for case in &cases {
+            for kind in kinds {
+                check_special(case, kind, &options, &choice, &[]);
+            }
+        }
+    }
+}
+
+/// `n` cases drawn from `seed`: lengths 1 to `longest` (the keys' as long as the queries' half
+/// the time), head dims that are multiples of 16 up to 128 with the tensor-core backward's 32, 64
+/// and 128 drawn more often, values' 32, 64 or 128, any mask, k and v shared by the heads a
+/// quarter of the time.
+fn random_cases(seed: u64, n: usize, longest: usize) -> Vec<Case> {
+    let mut rng = Rng::new(seed);
+    let mut pick = |k: usize| (rng.next_u64() % k as u64) as usize;
+    (0..n)
+        .map(|_| {
+            let batch = vec![1 + pick(2), 1 + pick(3)];
+            let sq = 1 + pick(longest);
+            let sk = if pick(2) == 0 { sq } else { 1 + pick(longest) };
+            let d = [16, 32, 48, 64, 80, 96, 112, 128, 32, 64, 128, 64][pick(12)];
+            let dv = [32, 64, 128][pick(3)];
+            let mask = match pick(4) {
+                0 => Mask::None,
+                1 => Mask::Causal,
+                2 => Mask::Window(1 + pick(60)),
+                _ => Mask::Additive,
+            };
+            let shared_kv = pick(4) == 0;
+            eprintln!(
+                "random case: batch {batch:?} {sq}x{sk} d={d} dv={dv} {mask:?} shared {shared_kv}"
+            );
+            Case::new(batch, sq, sk, d, dv, mask, shared_kv)
+        })
+        .collect()
+}
+
 /// The tensor-core backward stages `dO` as `f16` scaled by a power of two per batch entry
 /// (`FlashScale`): a mean loss's gradients, around 1e-6, would otherwise be subnormal or zero
 /// in `f16`, and gradients around 3e4 would overflow it in the score gradient. Each head gets

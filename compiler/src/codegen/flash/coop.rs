@@ -63,7 +63,9 @@
 //! **Wider heads (forward).** Where the key and value blocks would not fit 48 KiB of workgroup
 //! memory side by side (head dimensions past 64), they take turns in one array: the value
 //! block is staged once the scores are out of the products, while the invocations read them,
-//! and `P·V` runs in passes of 64 value columns, each through `ss`.
+//! and `P·V` runs in passes of 64 value columns, each through `ss`. Walking blocks of 32 keys
+//! instead, as the backward does past 64, measured 4–7% slower on the H200 (twice the
+//! barriers and rescalings per key; BENCHMARKS.md, sixth session).
 //!
 //! **Wider heads (backward).** Past head dimension 64 the backward walks blocks of 32 keys (or
 //! queries): each subgroup then keeps one score tile's A operands in registers (64 registers
