@@ -382,8 +382,9 @@ fn backward_whole() {
 /// The forward, dQ and dK/dV kernels on tensor cores (`Options::tensor_cores`: f16 operands,
 /// f32 accumulation) against the semantics, within what f16 operands allow, on an adapter with
 /// cooperative matrices: every mask, ragged lengths, grouped heads, the uniform-mask fast path,
-/// the forward at head dims past 64 (key and value blocks in turn, `P·V` in passes), and head
-/// dims the backward's forms do not take (the plain kernels). Every kernel compiles and
+/// the forward at head dims past 64 (key and value blocks in turn, the output's accumulators
+/// through `ss` in passes), and head dims the backward's forms do not take (the plain
+/// kernels). Every kernel compiles and
 /// validates on any adapter; where the adapter has no cooperative matrices (Mesa's software
 /// Vulkan, so CI), loading refuses them by the feature's name.
 #[test]
@@ -400,15 +401,16 @@ fn tensor_cores() {
         c(vec![1, 3], 40, 40, 16, 32, Mask::Causal, true),
         c(vec![1, 2], 300, 300, 64, 64, Mask::Causal, false),
         c(vec![2, 1], 260, 200, 48, 64, Mask::None, false),
-        // the forward's key and value blocks in turn in one array, P·V in two passes; the
-        // backward in walked blocks of 32, its results in two or four passes through `ss`
+        // the forward's key and value blocks in turn in one array, its output through `ss` in
+        // two passes; the backward in walked blocks of 32, its results in two or four passes
+        // through `ss`
         c(vec![1, 1], 65, 65, 128, 128, Mask::Causal, false),
         c(vec![1, 2], 130, 150, 128, 64, Mask::Window(40), false),
         c(vec![1, 2], 70, 90, 96, 128, Mask::None, true),
         c(vec![2, 1], 100, 33, 32, 128, Mask::Additive, false),
         c(vec![1, 1], 200, 200, 128, 128, Mask::Causal, false),
-        // P·V in two passes with the key and value blocks side by side (the backward keeps
-        // its f32 kernels: head dim 16)
+        // the forward's output through `ss` in two passes with the key and value blocks side
+        // by side (the backward keeps its f32 kernels: head dim 16)
         c(vec![2, 1], 50, 130, 16, 128, Mask::Causal, false),
         c(vec![1, 3], 40, 40, 32, 32, Mask::Causal, true),
         c(vec![1, 1], 1, 1, 32, 64, Mask::Causal, false),
@@ -496,6 +498,55 @@ fn random_cases(seed: u64, n: usize, longest: usize) -> Vec<Case> {
             Case::new(batch, sq, sk, d, dv, mask, shared_kv)
         })
         .collect()
+}
+
+/// The tensor-core forward keeps its output in cooperative accumulators and moves the
+/// reference of a row's probabilities only where a block's maximum passes it by a margin,
+/// rescaling the accumulators then. An additive bias of ±0.2 per key (rising along the keys in
+/// even rows, falling in odd ones) makes the scores of half the rows climb by about 13 from one
+/// block to the next, past the margin, so the rescaling runs at every block beside rows that
+/// never need it; the results must still meet the semantics. (The bias enters the scores in
+/// `f32`, so the products' `f16` operands stay near 1.)
+#[test]
+fn tensor_cores_rescale_the_forward() {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let options = tensor_core_options();
+    let c = Case::new;
+    let cases = [
+        c(vec![1, 2], 300, 300, 64, 64, Mask::Additive, false),
+        c(vec![1, 1], 200, 260, 128, 128, Mask::Additive, false),
+        c(vec![2, 1], 150, 190, 32, 32, Mask::Additive, true),
+    ];
+    compile_every(&cases, &[FlashKind::Forward], &options);
+    if !tensor_cores_here(&choice) {
+        return;
+    }
+    let climb = |name: &str, t: &mut Tensor| {
+        if name == "bias" {
+            let cols = t.shape()[t.shape().len() - 1];
+            for (e, x) in t.data.iter_mut().enumerate() {
+                let (i, j) = (e / cols, e % cols);
+                *x = if i % 2 == 0 { 0.2 } else { -0.2 } * j as f64;
+            }
+        }
+    };
+    for case in &cases {
+        let (want, got) = run_flash(case, FlashKind::Forward, &options, &choice, &climb);
+        for (name, w) in &want {
+            let err = relative_error(&got[name].data, &w.data);
+            eprintln!(
+                "  rescaled forward {}x{} d={}: `{name}` within {err:.2e}",
+                case.sq, case.sk, case.d
+            );
+            assert!(
+                err < 4e-3,
+                "{}x{} d={}: `{name}` differs by {err:e}",
+                case.sq,
+                case.sk,
+                case.d
+            );
+        }
+    }
 }
 
 /// The tensor-core backward stages `dO` as `f16` scaled by a power of two per batch entry

@@ -14,9 +14,17 @@
 //! in 32 distinct banks. They run the graph's own score function (masks, ragged edges and the
 //! uniform-mask fast path as in the plain kernels), the online softmax (row maxima combined
 //! through two subgroup shuffles, sums per invocation), and write `P` as `f16` to `ps` for the
-//! second product. The output accumulators stay in registers in `f32`: a block's `P·V` lands
-//! in `ss` and each invocation adds its 16 elements to its rescaled accumulators, so the online
-//! softmax's rescaling never rounds to `f16`.
+//! second product.
+//!
+//! **The output in cooperative accumulators, rescaled rarely.** `P·V` adds into `f32`
+//! cooperative accumulators that stay on the tensor cores for the whole walk. Their elements
+//! cannot be scaled per row, so the online softmax's reference `m` of a row (its probabilities
+//! are `exp(s − m)`) moves only where a block's maximum passes it by more than
+//! [`RESCALE_MARGIN`] (FlashAttention-4's conditional rescaling): the probabilities stay below
+//! e^8, the softmax is the same whatever the reference (the sums `l` share it), and the
+//! accumulators pass through `ss` to be rescaled only in a block where some row's reference
+//! moved (`live.y`, through `workgroupUniformLoad`). Past the first blocks that is rare; before,
+//! every block's `P·V` went through `ss` to be added per invocation, with a barrier per pass.
 //!
 //! **Backward** ([`emit_backward`]). The dQ kernel (rows: queries) and the dK/dV kernel (rows:
 //! keys, the tile transposed) take the same shape: the row block's two operands in registers,
@@ -62,9 +70,9 @@
 //!
 //! **Wider heads (forward).** Where the key and value blocks would not fit 48 KiB of workgroup
 //! memory side by side (head dimensions past 64), they take turns in one array: the value
-//! block is staged once the scores are out of the products, while the invocations read them,
-//! and `P·V` runs in passes of 64 value columns, each through `ss`. Walking blocks of 32 keys
-//! instead, as the backward does past 64, measured 4–7% slower on the H200 (twice the
+//! block is staged once the scores are out of the products, while the invocations read them.
+//! The accumulators go through `ss` in passes of 32 rows at value width 128. Walking blocks of
+//! 32 keys instead, as the backward does past 64, measured 4–7% slower on the H200 (twice the
 //! barriers and rescalings per key; BENCHMARKS.md, sixth session).
 //!
 //! **Wider heads (backward).** Past head dimension 64 the backward walks blocks of 32 keys (or
@@ -76,8 +84,8 @@
 //! 7.49 ms (the `f32` backward) to 3.92 at S = 2048, 0.71× PyTorch fp32's time.
 //!
 //! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
-//! value's 32, 64 or 128; for the backward, 32, 64 or 128 — so that the tiles fit 48 KiB of
-//! workgroup memory and divide evenly among the subgroups. Other shapes keep the plain `f32`
+//! value's 32, 64 or 128 ([`accumulates`]); for the backward, 32, 64 or 128 — so that the
+//! tiles fit 48 KiB of workgroup memory and divide evenly among the subgroups. Other shapes keep the plain `f32`
 //! kernels. Skipped blocks as in the plain kernels.
 
 use super::*;
@@ -97,7 +105,7 @@ const SIDE: usize = 16;
 /// tile per subgroup (64 registers at 128).
 const MAX_DIM: usize = 128;
 /// Largest head dimension of the forward: past [`MAX_DIM`] the key and value blocks take turns
-/// in one staged array ([`shares_staging`]), and `P·V` runs in passes of 64 value columns.
+/// in one staged array ([`shares_staging`]).
 const MAX_FORWARD_DIM: usize = 128;
 /// Workgroup memory the kernels may declare: what the H200 offers (wgpu's default limit asks
 /// for less; the artifact records the kernels' need).
@@ -115,6 +123,10 @@ const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as u
 const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
 /// Banks of workgroup memory, four bytes each.
 const BANKS: usize = 32;
+/// How far (in the scores' natural-log units) a block's row maximum may pass the reference of
+/// the forward's probabilities before the reference moves and the output's accumulators are
+/// rescaled: the probabilities stay below e^8 ≈ 2981, well inside `f16`.
+const RESCALE_MARGIN: f32 = 8.0;
 
 /// A block staged as `f16` in workgroup memory, row-major from the start of its array: the
 /// array, the name of its row stride's constant and the stride in halves.
@@ -152,21 +164,18 @@ pub fn runs(tensor_cores: bool, kind: FlashKind, d: usize, dv: usize) -> bool {
 pub fn takes_shape(kind: FlashKind, d: usize, dv: usize) -> bool {
     match kind {
         FlashKind::Forward => {
-            d.is_multiple_of(SIDE)
-                && d <= MAX_FORWARD_DIM
-                && (dv <= COLS || dv.is_multiple_of(COLS))
-                && dv <= MAX_FORWARD_DIM
-                && (ROWS / SIDE * (value_pass(dv) / SIDE)).is_multiple_of(SUBGROUPS)
+            d.is_multiple_of(SIDE) && d <= MAX_FORWARD_DIM && accumulates(dv, MAX_FORWARD_DIM)
         }
         FlashKind::BackwardDq | FlashKind::BackwardDkDv => backward_takes(d, dv),
         FlashKind::Backward => false,
     }
 }
 
-/// The value columns one pass of the forward's `P·V` covers: its tiles go through `ss`, 64
-/// columns wide.
-fn value_pass(dv: usize) -> usize {
-    dv.min(COLS)
+/// Whether a product `width` columns wide (up to `most`) can stay in cooperative accumulators:
+/// 32, 64 or 128, so that a row of its tiles divides the subgroups and eight tiles, one per
+/// subgroup, cover whole rows on their way through `ss` ([`Body::through_ss`]).
+fn accumulates(width: usize, most: usize) -> bool {
+    width.is_multiple_of(2 * SIDE) && width <= most && SUBGROUPS.is_multiple_of(width / SIDE)
 }
 
 /// Writes the kernel `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
@@ -367,11 +376,6 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     t.push_str("workgroupBarrier();");
     cx.line(1, &t);
     let per = COLS / PER_ROW;
-    let out_per = dv / PER_ROW;
-    // `P·V` in passes of `pass` value columns, each through `ss`; an invocation owns
-    // `pass_per` columns of each
-    let pass = value_pass(dv);
-    let pass_per = pass / PER_ROW;
     let pk = Prefetch {
         m: &kk,
         reg: "pk",
@@ -388,10 +392,15 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         to: va,
         scale: "",
     };
+    // the output's accumulators: the tiles of 64 rows × dv, as `Body::tiles` divides them
+    let mut t = String::new();
+    for n in 0..(ROWS / SIDE) * (dv / SIDE) / SUBGROUPS {
+        writeln!(t, "var ao{n} = coop_mat16x16<f32, C>();").unwrap();
+    }
     cx.line(
         1,
         &format!(
-            "var m = {NEG_INF};\nvar l = 0.0;\nvar o: array<f32, {out_per}>;\nvar x: array<f32, {per}>;\nlet blocks = (SK + {COLS}u - 1u) / {COLS}u;\n{}\n{}\nvar held = blocks;",
+            "var m = {NEG_INF};\nvar l = 0.0;\n{t}var x: array<f32, {per}>;\nlet blocks = (SK + {COLS}u - 1u) / {COLS}u;\n{}\n{}\nvar held = blocks;",
             pk.declare(),
             pv.declare()
         ),
@@ -460,7 +469,12 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         .unwrap();
     }
     cx.scores(("row0", &i1), ("col0", &j1), &fast, &general);
-    // the row's new maximum (see the plain forward on `max`), probabilities, sums
+    // the row's maximum (see the plain forward on `max`); the reference `m` of its
+    // probabilities moves only where the block's maximum passes it by more than RESCALE_MARGIN, so
+    // that the accumulators, which cannot be scaled per row in place, rarely need rescaling
+    // (the probabilities stay below e^RESCALE_MARGIN, and the softmax is the same whatever
+    // the reference); a moved reference of a row that has a sum flags the rescaling through
+    // `live.y` (every invocation that flags writes the same value)
     let xs: Vec<String> = (0..per).map(|c| format!("x[{c}]")).collect();
     let mut t = format!("var mb = {};\n", max_all(&xs));
     for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
@@ -468,82 +482,69 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
     writeln!(
         t,
-        "mb = max(m, mb);\nlet ms = select(mb, 0.0, mb == {NEG_INF});\nlet alpha = exp(m - ms);\nm = mb;"
+        "let moves = mb > m + {RESCALE_MARGIN:?};\nif (moves && m != {NEG_INF}) {{ live.y = 1u; }}\nlet mn = select(m, mb, moves);\nlet ms = select(mn, 0.0, mn == {NEG_INF});\nlet alpha = exp(m - ms);\nm = mn;"
     )
     .unwrap();
     for c in 0..per {
         writeln!(t, "x[{c}] = exp(x[{c}] - ms);").unwrap();
     }
     writeln!(t, "l = l * alpha + {};", sum(&xs)).unwrap();
-    for c in 0..out_per {
-        writeln!(t, "o[{c}] = o[{c}] * alpha;").unwrap();
-    }
     for c in 0..per {
         writeln!(t, "ps[pb + {}] = f16(x[{c}]);", col(c)).unwrap();
     }
-    t.push_str("workgroupBarrier();");
     cx.line(2, &t);
-    // the first value column of pass `p` (as a WGSL term), and that of the invocation's
-    // accumulator `c`
-    let offset = |p: usize| {
-        if p == 0 {
-            String::new()
-        } else {
-            format!("{}u + ", p * pass)
+    // the accumulators' rows times their `alpha`, through `ss`, where a reference moved
+    let q = dv / PER_ROW;
+    let own_row = |first: usize, rows: usize, what: &dyn Fn(&str, &str) -> String| {
+        let mut t = format!(
+            "if (r >= {first}u && r < {}u) {{\n  let b = (r - {first}u) * {dv}u + h * {q}u;\n",
+            first + rows
+        );
+        for c in 0..q {
+            let at = format!("b + (rot + {c}u) % {q}u");
+            let column = format!("h * {q}u + (rot + {c}u) % {q}u");
+            writeln!(t, "  {}", what(&at, &column)).unwrap();
         }
+        t.push('}');
+        t
     };
-    let ocol = |c: usize| {
-        let first = offset(c / pass_per);
-        let c = c % pass_per;
-        format!("{first}h * {pass_per}u + (rot + {c}u) % {pass_per}u")
-    };
-    for p in 0..dv / pass {
-        if p > 0 {
-            // every invocation done reading `ss` before the next pass writes it
-            cx.line(2, "workgroupBarrier();");
-        }
-        // P·V: A = P row-major, B = V row-major
-        cx.line(2, "// P·V");
-        let first = offset(p);
-        cx.ps_times(va, &first, (pass, COLS), ps, Dest::Scores(COLS));
-        cx.line(2, "workgroupBarrier();");
-        let mut t = String::new();
-        for c in p * pass_per..(p + 1) * pass_per {
-            writeln!(
-                t,
-                "o[{c}] = o[{c}] + ss[r * {COLS}u + {}];",
-                ocol(c % pass_per)
-            )
-            .unwrap();
-        }
-        cx.line(2, &t);
-    }
+    cx.line(2, "if (workgroupUniformLoad(&live).y == 1u) {");
+    cx.through_ss("ao", dv, COLS, true, 3, &|first, rows| {
+        own_row(first, rows, &|at, _| {
+            format!("ss[{at}] = ss[{at}] * alpha;")
+        })
+    });
+    cx.line(2, "}");
+    // P·V into the accumulators: A = P row-major, B = V row-major
+    cx.line(2, "// P·V");
+    cx.ps_times(va, "", (dv, COLS), ps, Dest::Accumulators("ao"));
     cx.line(1, "}");
     cx.line(1, "}");
-    // the row's sum, then the results
+    // the row's sum, then the results through `ss`
     let mut t = String::from("var lt = l;\n");
     for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
         writeln!(t, "lt = lt + subgroupShuffleXor(lt, {lane}u);").unwrap();
     }
-    writeln!(t, "let i = row0 + r;\nif (i < SQ) {{").unwrap();
-    for c in 0..out_per {
-        writeln!(
-            t,
-            "  {{ let col = {}; {}[{}] = o[{c}] / lt; }}",
-            ocol(c),
-            o.arena,
-            o.at("i", "col")
-        )
-        .unwrap();
-    }
-    writeln!(
-        t,
-        "  if (h == 0u) {{ {}[{}] = select(m + log(lt), {NAN}, m == {NEG_INF}); }}\n}}",
-        l.arena,
-        l.at("i", "0u")
-    )
-    .unwrap();
+    t.push_str("let i = row0 + r;");
     cx.line(1, &t);
+    cx.through_ss("ao", dv, COLS, false, 1, &|first, rows| {
+        format!(
+            "if (i < SQ) {{\n{}\n}}",
+            own_row(first, rows, &|at, column| format!(
+                "{}[{}] = ss[{at}] / lt;",
+                o.arena,
+                o.at("i", column)
+            ))
+        )
+    });
+    cx.line(
+        1,
+        &format!(
+            "if (i < SQ && h == 0u) {{ {}[{}] = select(m + log(lt), {NAN}, m == {NEG_INF}); }}",
+            l.arena,
+            l.at("i", "0u")
+        ),
+    );
     // the walk (the staging is unrolled)
     e.loop_trips(k.sk.div_ceil(COLS) as u64);
     let mut s = cx.s;
@@ -557,9 +558,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
 /// whole rows on their way out through `ss`. Where they do, the optimizer keeps the backward
 /// split ([`crate::flash::FlashSpec::merges`]).
 pub fn backward_takes(d: usize, dv: usize) -> bool {
-    [d, dv]
-        .iter()
-        .all(|&w| w.is_multiple_of(2 * SIDE) && w <= MAX_DIM && SUBGROUPS.is_multiple_of(w / SIDE))
+    [d, dv].iter().all(|&w| accumulates(w, MAX_DIM))
 }
 
 /// Keys (queries, for dK/dV) per walked block of the backward of head dimensions `d`, `dv`:
@@ -947,7 +946,7 @@ fn body(s: String, nb: usize, fixed: Option<Vec<String>>) -> Body {
 /// workgroup memory.
 fn if_live(dead: &str) -> String {
     format!(
-        "if (lid == 0u) {{ live = vec4<u32>(select(1u, 0u, {dead})); }}\nif (workgroupUniformLoad(&live).x == 1u) {{"
+        "if (lid == 0u) {{ live = vec4<u32>(select(1u, 0u, {dead}), 0u, 0u, 0u); }}\nif (workgroupUniformLoad(&live).x == 1u) {{"
     )
 }
 
@@ -1069,9 +1068,8 @@ enum Dest<'a> {
 
 impl Body {
     /// Writes the accumulators `{acc}{n}` (the tiles of 64 rows × `width` columns, as
-    /// [`Body::tiles`] divides them: tile `sg_id + 8n` of a row of `width / 16` tiles, so each
-    /// `n` covers whole rows, 2048 words) to the rows of `out` below `len`, times `scale` (a
-    /// WGSL factor), through `ss` (64 × `cols` words) in as few passes as it takes.
+    /// [`Body::tiles`] divides them) to the rows of `out` below `len`, times `scale` (a WGSL
+    /// factor), through `ss` (64 × `cols` words) in as few passes as it takes.
     fn write_accumulator(
         &mut self,
         acc: &str,
@@ -1081,32 +1079,73 @@ impl Body {
         cols: usize,
         scale: &str,
     ) {
+        self.through_ss(acc, width, cols, false, 1, &|first, rows| {
+            format!(
+                "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {first}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]{scale}; }} }}",
+                rows * width / THREADS,
+                out.arena,
+                out.at("row0 + i", "c")
+            )
+        });
+    }
+
+    /// Passes the accumulators `{acc}{n}` (the tiles of 64 rows × `width` columns, as
+    /// [`Body::tiles`] divides them: tile `sg_id + 8n` of a row of `width / 16` tiles, so each
+    /// `n` covers whole rows, 2048 words) through `ss` (64 × `cols` words), in as few passes as
+    /// it takes. A pass stores them row-major from `ss[0]`, and once a barrier has passed runs
+    /// `each(first, rows)`: WGSL for the pass's `rows` rows from row `first`, at row stride
+    /// `width`. Where `back`, another barrier, then the accumulators are loaded back from `ss`.
+    /// The WGSL goes at `indent`.
+    fn through_ss(
+        &mut self,
+        acc: &str,
+        width: usize,
+        cols: usize,
+        back: bool,
+        indent: usize,
+        each: &dyn Fn(usize, usize) -> String,
+    ) {
         let tiles = width / SIDE;
         let rows = SUBGROUPS / tiles * SIDE;
         let words = rows * width;
         let (count, per_pass) = (ROWS / rows, (ROWS * cols / words).max(1));
         for first in (0..count).step_by(per_pass) {
+            let at = |n: usize| {
+                format!(
+                    "&ss[{}u + (sg_id / {tiles}u) * {}u + (sg_id % {tiles}u) * {SIDE}u]",
+                    (n - first) * words,
+                    SIDE * width
+                )
+            };
+            let ns = first..count.min(first + per_pass);
             let mut t = String::from("workgroupBarrier();\n");
-            for n in first..count.min(first + per_pass) {
+            for n in ns.clone() {
                 // naga 30 writes SPIR-V for a cooperative store only from plain `let` operands
                 writeln!(
                     t,
-                    "{{ let res = {acc}{n}; coopStoreT(res, &ss[{}u + (sg_id / {tiles}u) * {}u + (sg_id % {tiles}u) * {SIDE}u], {width}u); }}",
-                    (n - first) * words,
-                    SIDE * width
+                    "{{ let res = {acc}{n}; coopStoreT(res, {}, {width}u); }}",
+                    at(n)
                 )
                 .unwrap();
             }
             writeln!(
                 t,
-                "workgroupBarrier();\nfor (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]{scale}; }} }}",
-                per_pass.min(count - first) * words / THREADS,
-                first * rows,
-                out.arena,
-                out.at("row0 + i", "c")
+                "workgroupBarrier();\n{}",
+                each(first * rows, ns.len() * rows)
             )
             .unwrap();
-            self.line(1, &t);
+            if back {
+                t.push_str("workgroupBarrier();\n");
+                for n in ns {
+                    writeln!(
+                        t,
+                        "{acc}{n} = coopLoadT<coop_mat16x16<f32, C>>({}, {width}u);",
+                        at(n)
+                    )
+                    .unwrap();
+                }
+            }
+            self.line(indent, &t);
         }
     }
 
