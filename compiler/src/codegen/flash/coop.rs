@@ -493,7 +493,9 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         writeln!(t, "ps[pb + {}] = f16(x[{c}]);", col(c)).unwrap();
     }
     cx.line(2, &t);
-    // the accumulators' rows times their `alpha`, through `ss`, where a reference moved
+    // WGSL for the invocation's own row where it lies among the `rows` rows from `first` that
+    // a pass through `ss` holds: `what(at, column)` for each of its `dv / 4` columns (taken at
+    // its rotation), `at` the element's index in `ss`
     let q = dv / PER_ROW;
     let own_row = |first: usize, rows: usize, what: &dyn Fn(&str, &str) -> String| {
         let mut t = format!(
@@ -508,6 +510,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         t.push('}');
         t
     };
+    // the accumulators' rows times their `alpha`, through `ss`, where a reference moved
     cx.line(2, "if (workgroupUniformLoad(&live).y == 1u) {");
     cx.through_ss("ao", dv, COLS, true, 3, &|first, rows| {
         own_row(first, rows, &|at, _| {
