@@ -151,14 +151,17 @@ pub const FLASH_FLOPS_PER_NS: f64 = 16000.0;
 
 /// How much faster the tensor-core forward ([`crate::codegen::flash::coop`]) runs its products
 /// than the `f32` kernel the flash rate was fitted to: the H200 at S = 2048 causal, head
-/// dimension 64 (B = 4, H = 12), ran the forward in 0.640 ms against 1.214.
-pub const TENSOR_CORE_FORWARD_SPEEDUP: f64 = 1.9;
+/// dimension 64 (B = 4, H = 12), ran the forward in 0.588 ms against 1.214 (2026-12-03, with
+/// the output in cooperative accumulators; 0.640 before, fitted as 1.9).
+pub const TENSOR_CORE_FORWARD_SPEEDUP: f64 = 2.07;
 
 /// The same for the tensor-core dQ and dK/dV kernels, per product the model counts: in the
-/// same call they took 0.673 + 0.869 ms for `d + 2·dv` and `2·d + 2·dv` products where the
-/// `f32` whole backward took 2.729 + 0.112 (its dQ sum) for `3·d + 2·dv`: 3.44 against 8.88 µs
-/// a product.
-pub const TENSOR_CORE_BACKWARD_SPEEDUP: f64 = 2.5;
+/// same session they took 0.636 + 0.835 ms for `d + 2·dv` and `2·d + 2·dv` products where the
+/// `f32` whole backward took 2.728 + 0.112 (its dQ sum) for `3·d + 2·dv`: 3.28 against 8.88 µs
+/// a product (2.7; fitted as 2.5 from 0.673 + 0.869 a session before). At head dimension 128
+/// the split tensor-core backward ran 2.8× the `f32` whole one at S = 4096, where this constant
+/// predicts about 1.9×: the choices there are the same either way.
+pub const TENSOR_CORE_BACKWARD_SPEEDUP: f64 = 2.7;
 
 /// A flash kernel: a launch, its operands and results once, and its products (those of the
 /// blocks its mask leaves live) at the flash rate.
