@@ -14,8 +14,9 @@ Timed with CUDA events around forward + backward after two warm-up steps; the me
 repeats. `--kernels` also lists the CUDA kernels the memory-efficient backend launched for one
 step, by `torch.profiler` (on sm80 and later they are CUTLASS's `fmha_cutlass{F,B}_f32_..._sm80`,
 whose fp32 products run on tensor cores as three TF32 products each, `OpMultiplyAddFastF32`
-in PyTorch's `mem_eff_attention/gemm_kernel_utils.h`, whatever `allow_tf32` says). TFLOP/s counts as FlashAttention-2 does (forward 4·B·H·S²·D, backward 2.5 times that,
-halved when causal). A backend that fails (out of memory) prints why and the others go on.
+in PyTorch's `mem_eff_attention/gemm_kernel_utils.h`, whatever `allow_tf32` says). TFLOP/s
+counts as FlashAttention-2 does (forward 4·B·H·S²·D, backward 2.5 times that, halved when
+causal). A backend that fails (out of memory) prints why and the others go on.
 """
 
 import argparse

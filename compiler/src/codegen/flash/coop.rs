@@ -85,8 +85,8 @@
 //!
 //! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
 //! value's 32, 64 or 128 ([`accumulates`]); for the backward, 32, 64 or 128 — so that the
-//! tiles fit 48 KiB of workgroup memory and divide evenly among the subgroups. Other shapes keep the plain `f32`
-//! kernels. Skipped blocks as in the plain kernels.
+//! tiles fit 48 KiB of workgroup memory and divide evenly among the subgroups. Other shapes
+//! keep the plain `f32` kernels. Skipped blocks as in the plain kernels.
 
 use super::*;
 
@@ -470,11 +470,11 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     }
     cx.scores(("row0", &i1), ("col0", &j1), &fast, &general);
     // the row's maximum (see the plain forward on `max`); the reference `m` of its
-    // probabilities moves only where the block's maximum passes it by more than RESCALE_MARGIN, so
-    // that the accumulators, which cannot be scaled per row in place, rarely need rescaling
-    // (the probabilities stay below e^RESCALE_MARGIN, and the softmax is the same whatever
-    // the reference); a moved reference of a row that has a sum flags the rescaling through
-    // `live.y` (every invocation that flags writes the same value)
+    // probabilities moves only where the block's maximum passes it by more than
+    // RESCALE_MARGIN, so that the accumulators, which cannot be scaled per row in place,
+    // rarely need rescaling (the probabilities stay below e^RESCALE_MARGIN, and the softmax
+    // is the same whatever the reference); a moved reference of a row that has a sum flags
+    // the rescaling through `live.y` (every invocation that flags writes the same value)
     let xs: Vec<String> = (0..per).map(|c| format!("x[{c}]")).collect();
     let mut t = format!("var mb = {};\n", max_all(&xs));
     for lane in (0..PER_ROW.ilog2()).map(|b| 1 << b) {
