@@ -95,7 +95,7 @@ pub fn compile(bytes: &[u8]) {
         return;
     };
     let options = sinter_compiler::Options {
-        max_binding_size: 1 << 22,
+        target: sinter_compiler::Target::portable().with_max_binding(1 << 22),
         ..Default::default()
     };
     if let Ok(compiled) = sinter_compiler::compile(&g, &options) {

@@ -6,8 +6,8 @@
 //! dispatches of the same structure share one shader.
 
 pub use crate::codegen::fused::FusedKernel;
-use crate::codegen::matmul::Tile;
 use crate::layout::View;
+use crate::matmul::Tile;
 
 /// Batched matrix product `out[b, m, n] = sum_k a[b, m, k] * b[b, k, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,7 +23,7 @@ pub struct Matmul {
     /// An elementwise program applied to each product element before it is stored (its
     /// operand 0 is the product).
     pub epilogue: Option<FusedKernel>,
-    /// The block shape (chosen by lowering, [`crate::codegen::matmul::choose`]).
+    /// The block shape (the product's variant, [`crate::matmul::variant`]).
     pub tile: Tile,
 }
 
@@ -83,10 +83,12 @@ pub struct Flash {
     /// `dK`, `dV` and the first group's `dQ` partial sum (`[batch.., sq, d]`; group `g`'s lies
     /// `g · dq_group_stride` words on).
     pub outputs: Vec<View>,
-    /// The whole backward ([`crate::flash::FlashKind::Backward`]): groups of key blocks, one
-    /// workgroup and one `dQ` partial sum each (1 for the other kinds).
-    pub dq_groups: usize,
+    /// The whole backward ([`crate::flash::FlashKind::Backward`]): words between two groups'
+    /// `dQ` partial sums.
     pub dq_group_stride: usize,
+    /// How the kernel runs: form, tiling, launch order, blocks or groups
+    /// ([`crate::flash::variant::choose`]).
+    pub variant: crate::flash::variant::Variant,
 }
 
 /// 2-D convolution, NCHW / OIHW.

@@ -10,6 +10,7 @@
 pub mod autodiff;
 pub mod bounds;
 pub mod codegen;
+pub mod cost;
 pub mod error;
 pub mod flash;
 pub mod fused;
@@ -17,9 +18,11 @@ pub mod in_place;
 pub mod kernel;
 pub mod kgraph;
 pub mod layout;
+pub mod matmul;
 pub mod memory;
 pub mod optimize;
 pub mod schedule;
+pub mod target;
 #[cfg(test)]
 mod test_rng;
 
@@ -36,9 +39,7 @@ pub use error::CompileError;
 use memory::MemoryPlan;
 use schedule::{BufferKind, Schedule};
 
-/// The default `max_storage_buffer_binding_size` of wgpu (128 MiB): plans larger than this
-/// are split over several arena bindings.
-pub const DEFAULT_MAX_BINDING: u64 = 128 << 20;
+pub use target::Target;
 
 /// Passes whose result `--dump-after` can print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,19 +74,19 @@ impl Pass {
     }
 }
 
+/// What a compile targets and what it may choose. Environment variables that change a compile
+/// (`SINTER_FLASH_TILE`, `SINTER_OPTIMIZE_TRACE`) are read once, by [`compile`], into these
+/// fields ([`Options::with_environment`]); no pass reads the environment.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Largest arena binding, in bytes.
-    pub max_binding_size: u64,
+    /// The device the artifact is for ([`Target`]): its limits (a plan larger than one binding
+    /// is split over several arenas), the features kernels may use, the cost model's rates.
+    pub target: Target,
     /// Passes to dump (see [`Compiled::dumps`]).
     pub dump_after: Vec<Pass>,
-    /// Forces one block shape on every matmul (for tuning); by default the shape is chosen
-    /// from the product's shape ([`codegen::matmul::choose`]).
-    pub matmul_tile: Option<codegen::matmul::Tile>,
-    /// Forces the number of K chunks (split-K) of every matmul, 1 for none (for tuning and
-    /// tests); a count that does not divide K becomes the largest one below it that does. By
-    /// default it is chosen with the block shape.
-    pub matmul_split: Option<usize>,
+    /// Block shapes and K splits forced on every matmul (for tuning and tests); by default each
+    /// product's variant is chosen from its shape ([`matmul::choose`]).
+    pub matmul: matmul::Forced,
     /// Run the e-graph optimizer (`--no-opt` turns it off).
     pub optimize: bool,
     /// Keep the kernel graphs before and after optimization as Graphviz DOT text
@@ -93,44 +94,78 @@ pub struct Options {
     pub dot: bool,
     /// Which attention kernels the optimizer may choose (`--attention`).
     pub attention: optimize::AttentionPolicy,
-    /// Let a kernel bind an arena a second time as `array<vec4<f32>>` for 16-byte loads and
-    /// stores (faster matmuls). WebGPU in a browser forbids binding one buffer twice in a
-    /// dispatch when either binding is writable, so artifacts for browsers turn this off
-    /// (`sinter compile --browser`); the runtime refuses such an artifact there with that hint.
-    pub quad_aliases: bool,
-    /// The blocking of the flash-attention kernels ([`codegen::flash::Tiling::DEFAULT`], B: the
-    /// fastest measured, see BENCHMARKS.md "Flash tilings").
-    /// For experiments the environment variable `SINTER_FLASH_TILE` (`a`, `b`, `c`, `d`; see
-    /// [`codegen::flash::Tiling::NAMED`]) overrides it at compile time.
-    pub flash_tile: codegen::flash::Tiling,
-    /// Make an attention's dQ and dK/dV flash kernels one kernel of the whole backward where
-    /// that pays (see [`flash::FlashKind::Backward`]); `sinter compile --flash-backward split`
-    /// keeps the two.
-    pub merge_flash_backward: bool,
-    /// Run the flash-attention kernels' products on tensor cores where their shapes allow
-    /// (`sinter compile --tensor-cores`; see [`codegen::flash`], "Tensor cores"): cooperative
-    /// matrices of `f16` operands with `f32` accumulation. Opt-in, like PyTorch's
-    /// `set_float32_matmul_precision("medium")`: the products' operands keep 11 significant
-    /// bits, and the artifact runs only on adapters with wgpu's experimental cooperative
-    /// matrices (native Vulkan; neither Mesa's software Vulkan nor browsers).
-    pub tensor_cores: bool,
+    /// What the flash kernels' variants may take ([`flash::variant::Choices`]): the tiling
+    /// (`--flash-tile`, or `SINTER_FLASH_TILE` for experiments), tensor cores
+    /// (`--tensor-cores`: cooperative matrices of `f16` operands with `f32` accumulation, like
+    /// PyTorch's `set_float32_matmul_precision("medium")`; the target must have cooperative
+    /// matrices), the whole backward in one kernel (`--flash-backward`).
+    pub flash: flash::variant::Choices,
+    /// Print the optimizer's search, apply and rebuild times per iteration to stderr
+    /// (`SINTER_OPTIMIZE_TRACE`).
+    pub trace_optimizer: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
-            max_binding_size: DEFAULT_MAX_BINDING,
+            target: Target::default(),
             dump_after: Vec::new(),
-            matmul_tile: None,
-            matmul_split: None,
+            matmul: matmul::Forced::default(),
             optimize: true,
             dot: false,
             attention: optimize::AttentionPolicy::Auto,
-            quad_aliases: true,
-            flash_tile: codegen::flash::Tiling::DEFAULT,
-            merge_flash_backward: true,
-            tensor_cores: false,
+            flash: flash::variant::Choices::default(),
+            trace_optimizer: false,
         }
+    }
+}
+
+impl Options {
+    /// These options with the environment's settings applied: `SINTER_FLASH_TILE=a|b|c|d`
+    /// forces the flash tiling, `SINTER_OPTIMIZE_TRACE` (any value) traces the optimizer.
+    pub fn with_environment(&self) -> Result<Options, CompileError> {
+        let mut options = self.clone();
+        if let Ok(name) = std::env::var("SINTER_FLASH_TILE")
+            && !name.trim().is_empty()
+        {
+            options.flash.tiling = flash::variant::Tiling::named(&name).ok_or_else(|| {
+                let names: Vec<&str> = flash::variant::Tiling::NAMED
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect();
+                CompileError::Setting {
+                    what: format!("SINTER_FLASH_TILE={name}"),
+                    expected: names.join(", "),
+                }
+            })?;
+        }
+        if std::env::var_os("SINTER_OPTIMIZE_TRACE").is_some() {
+            options.trace_optimizer = true;
+        }
+        Ok(options)
+    }
+
+    /// Refuses choices the target cannot run.
+    fn check(&self) -> Result<(), CompileError> {
+        self.target.check().map_err(|e| CompileError::Setting {
+            what: format!("target `{}`", self.target.name),
+            expected: e,
+        })?;
+        if self.flash.tensor_cores && !self.target.features.cooperative_matrix {
+            return Err(CompileError::Setting {
+                what: format!(
+                    "tensor cores on target `{}`, which has no cooperative matrices",
+                    self.target.name
+                ),
+                expected: "a target with cooperative matrices (e.g. `--target h200`)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The cost model of these options: what the optimizer prices its choices with.
+    pub fn cost_model(&self) -> cost::CostModel {
+        cost::CostModel::new(self.target.clone(), self.flash, self.matmul)
     }
 }
 
@@ -179,6 +214,8 @@ fn run_passes(
     options: &Options,
     dumps: &mut Vec<(Pass, String)>,
 ) -> Result<Compiled, CompileError> {
+    let options = &options.with_environment()?;
+    options.check()?;
     let mut dump = |pass: Pass, text: &dyn Fn() -> String| {
         if options.dump_after.contains(&pass) {
             dumps.push((pass, text()));
@@ -201,9 +238,8 @@ fn run_passes(
             &graph,
             &optimize::Config {
                 attention: options.attention,
-                max_binding: options.max_binding_size,
-                merge_flash_backward: options.merge_flash_backward,
-                tensor_cores: options.tensor_cores,
+                model: options.cost_model(),
+                trace: options.trace_optimizer,
             },
         );
         dump(Pass::Optimize, &|| {
@@ -223,7 +259,7 @@ fn run_passes(
         None => None,
     };
     dump(Pass::Schedule, &|| describe_schedule(&sched));
-    let mem = memory::plan(&sched, options.max_binding_size)?;
+    let mem = memory::plan(&sched, options.target.limits.max_binding)?;
     dump(Pass::Memory, &|| describe_memory(&sched, &mem));
     let mut artifact = pack(&kgraph, &sched, &mem, options)?;
     for slot in &mut artifact.tensors {
@@ -257,8 +293,10 @@ pub fn compile_kernel_graph(
     kgraph: &kgraph::KernelGraph,
     options: &Options,
 ) -> Result<Artifact, CompileError> {
+    let options = &options.with_environment()?;
+    options.check()?;
     let sched = schedule::lower(kgraph, HashMap::new(), options)?;
-    let mem = memory::plan(&sched, options.max_binding_size)?;
+    let mem = memory::plan(&sched, options.target.limits.max_binding)?;
     pack(kgraph, &sched, &mem, options)
 }
 
@@ -354,25 +392,6 @@ fn validate_all(kernels: &[Kernel], cooperative: &[bool]) -> Result<(), CompileE
     })
 }
 
-/// The flash kernels' tiling: [`Options::flash_tile`], or the one `SINTER_FLASH_TILE` names.
-fn flash_tile(options: &Options) -> Result<codegen::flash::Tiling, CompileError> {
-    match std::env::var("SINTER_FLASH_TILE") {
-        Ok(name) if !name.trim().is_empty() => {
-            codegen::flash::Tiling::named(&name).ok_or_else(|| {
-                let names: Vec<&str> = codegen::flash::Tiling::NAMED
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect();
-                CompileError::Setting {
-                    what: format!("SINTER_FLASH_TILE={name}"),
-                    expected: names.join(", "),
-                }
-            })
-        }
-        _ => Ok(options.flash_tile),
-    }
-}
-
 /// Generates every kernel, validates it, and assembles the artifact.
 fn pack(
     graph: &kgraph::KernelGraph,
@@ -380,7 +399,6 @@ fn pack(
     mem: &MemoryPlan,
     options: &Options,
 ) -> Result<Artifact, CompileError> {
-    let flash_tile = flash_tile(options)?;
     let mut kernels: Vec<Kernel> = Vec::new();
     let mut by_text: HashMap<String, u32> = HashMap::new();
     // The ops each kernel covers, as a set beside the ordered list, so that a kernel shared by
@@ -395,13 +413,7 @@ fn pack(
         ..Requirements::default()
     };
     for step in &sched.steps {
-        let src = codegen::emit(
-            &step.plan,
-            mem,
-            options.quad_aliases,
-            flash_tile,
-            options.tensor_cores,
-        )?;
+        let src = codegen::emit(&step.plan, mem, &options.target)?;
         for f in src.features {
             if !req.features.iter().any(|have| have == f) {
                 req.features.push(f.to_string());

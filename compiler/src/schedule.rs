@@ -17,13 +17,13 @@ use sinter_ir::types::contiguous_strides;
 use sinter_ir::{DType, Op, TensorType, ValueId, key};
 
 use crate::codegen::fused::FusedKernel;
-use crate::codegen::matmul::{self, Tile};
 use crate::error::CompileError;
 use crate::flash::FlashKind;
 use crate::fused::{Arg, Combine, Program, Scalar};
 use crate::kernel::*;
 use crate::kgraph::{KDef, KNode, KernelGraph, KernelOp};
 use crate::layout::{BufferId, View};
+use crate::matmul::{self, Tile};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferKind {
@@ -97,11 +97,9 @@ pub fn lower(
         views: HashMap::new(),
         pending_copies: HashMap::new(),
         needed: needed_values(g),
-        matmul_tile: options.matmul_tile,
-        matmul_split: options.matmul_split,
-        max_binding: options.max_binding_size,
-        flash_tile: options.flash_tile,
-        tensor_cores: options.tensor_cores,
+        target: &options.target,
+        matmul: options.matmul,
+        flash: options.flash,
         flash_scales: HashMap::new(),
     };
     for (i, value) in g.values.iter().enumerate() {
@@ -164,14 +162,11 @@ struct Lowering<'g> {
     /// result, viewed in the source's shape, saving a pass over the value.
     pending_copies: HashMap<ValueId, (View, String)>,
     needed: Vec<bool>,
-    matmul_tile: Option<Tile>,
-    matmul_split: Option<usize>,
-    max_binding: u64,
-    /// The flash kernels' tiling, for the whole backward's groups of key blocks.
-    flash_tile: crate::codegen::flash::Tiling,
-    /// [`crate::Options::tensor_cores`]: the flash backward kernels that codegen writes on
-    /// tensor cores read `dO`'s [`FlashScale`].
-    tensor_cores: bool,
+    target: &'g crate::Target,
+    /// Block shapes and splits forced on every matmul.
+    matmul: crate::matmul::Forced,
+    /// What the flash kernels' variants may take.
+    flash: crate::flash::variant::Choices,
     /// The [`FlashScale`] of each `dO` (over a score batch) made so far: the dQ and dK/dV
     /// kernels share one.
     flash_scales: HashMap<(ValueId, Vec<usize>), View>,
@@ -572,16 +567,13 @@ impl Lowering<'_> {
             self.views.insert(o, view.clone());
             outputs.push(view);
         }
+        let (q_ty, v_ty) = (self.g.ty(node.inputs[0]), self.g.ty(node.inputs[2]));
+        let variant = crate::flash::variant::choose(self.target, &self.flash, spec, q_ty, v_ty);
         // the whole backward: dQ through one partial sum per group of key blocks
-        let mut dq_groups = 1;
         let mut dq_sum = None;
         if spec.kind == FlashKind::Backward {
             let dq = outputs.pop().expect("dK, dV and dQ");
-            let rows = self.flash_tile.for_kernel(FlashKind::Backward, d, dv).rows;
-            let bytes = self.g.ty(node.outputs[2]).size_bytes() as u64;
-            dq_groups =
-                crate::codegen::flash::dq_groups(sk.div_ceil(rows), bytes, self.max_binding);
-            let mut shape = vec![dq_groups];
+            let mut shape = vec![variant.blocks];
             shape.extend(&dq.shape);
             let label = format!(
                 "{} (flash dQ partial sums)",
@@ -602,10 +594,10 @@ impl Lowering<'_> {
             });
         }
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
-        // codegen writes this kernel on tensor cores: its f16 operands take dO scaled
-        let d_o_scale = (backward
-            && crate::codegen::flash::coop::runs(self.tensor_cores, spec.kind, d, dv))
-        .then(|| self.flash_scale(node, over_batch(&views[3]), &batch));
+        // the kernel's f16 operands take dO scaled
+        let d_o_scale = variant
+            .scales_gradients(spec.kind)
+            .then(|| self.flash_scale(node, over_batch(&views[3]), &batch));
         let plan = crate::kernel::Flash {
             spec: spec.clone(),
             batch: batch.clone(),
@@ -623,8 +615,8 @@ impl Lowering<'_> {
             score_extras,
             dscore_extras,
             outputs,
-            dq_groups,
             dq_group_stride,
+            variant,
         };
         self.push_node(KernelPlan::Flash(Box::new(plan)), node);
         if let Some(sum) = dq_sum {
@@ -704,18 +696,20 @@ impl Lowering<'_> {
             out: out_view,
             epilogue,
         } = product;
-        let choose = |splits: Option<usize>| {
-            matmul::choose(batch.iter().product(), m, n, k, self.matmul_tile, splits)
+        let shape = matmul::Shape {
+            batch: batch.iter().product(),
+            m,
+            n,
+            k,
         };
-        let (mut tile, mut splits) = choose(self.matmul_split);
-        let partial_bytes = splits * out_view.numel() * DType::F32.size_bytes();
-        if splits > 1 && partial_bytes as u64 > self.max_binding {
-            // the partials would not fit in one binding: unsplit
-            (tile, splits) = choose(Some(1));
-        }
-        if self.matmul_tile.is_none() {
-            tile = matmul::deepen(tile, bv.strides[bv.rank() - 1] == 1);
-        }
+        let b_along_n = bv.strides[bv.rank() - 1] == 1;
+        let matmul::Variant { tile, splits } = matmul::variant(
+            self.target,
+            shape,
+            self.matmul,
+            self.target.limits.max_binding,
+            b_along_n,
+        );
         let step = KNode {
             sources: vec![label],
             ..node.clone()
@@ -891,7 +885,7 @@ impl Product {
         let j = self.batch.len() - 1;
         let rows_run = |v: &View| outer == 1 || v.strides[j] == self.m * v.strides[j + 1];
         // the folded rows must still fit one dispatch's row blocks at the smallest block height
-        let row_blocks = (self.m * outer).div_ceil(matmul::SMALL.bm as usize);
+        let row_blocks = (self.m * outer).div_ceil(matmul::Tile::SMALL.bm as usize);
         if !(rows_run(&self.a) && rows_run(&self.out) && (outer == 1 || self.b.strides[j] == 0))
             || row_blocks > crate::codegen::MAX_GROUPS as usize
         {

@@ -10,6 +10,19 @@ use common::{Rng, close, inputs, program};
 use sinter_compiler::flash::FlashKind;
 use sinter_compiler::kgraph::{KernelGraph, KernelOp, evaluate};
 use sinter_compiler::optimize::{AttentionPolicy, Config, optimize};
+use sinter_compiler::{Target, cost::CostModel, flash::variant::Choices};
+
+/// The optimizer's settings these tests price with: the H200's rates and no binding limit (so
+/// that the unfused products stay a choice at every length), `choices` for the flash kernels.
+fn config(attention: AttentionPolicy, choices: Choices) -> Config {
+    let mut target = Target::h200();
+    target.limits.max_binding = u64::MAX;
+    Config {
+        attention,
+        model: CostModel::new(target, choices, Default::default()),
+        trace: false,
+    }
+}
 use sinter_ir::Op;
 use sinter_ir::interp::evaluate as interp;
 
@@ -72,12 +85,11 @@ fn check(case: &Case) {
     let (feed, persistent) = inputs(&g, &mut rng);
     let want = interp(&g, &feed, &persistent).expect("the source evaluates");
     // the kernels the rules find, before lowering's merge of the backward pair
-    let config = Config {
-        attention: AttentionPolicy::Flash,
-        merge_flash_backward: false,
-        ..Config::default()
+    let split = Choices {
+        merge_backward: false,
+        ..Choices::default()
     };
-    let (kg, report) = optimize(&g, &config);
+    let (kg, report) = optimize(&g, &config(AttentionPolicy::Flash, split));
     let mut expected = case.want.to_vec();
     expected.sort();
     assert_eq!(
@@ -112,13 +124,7 @@ fn check(case: &Case) {
     }
     if case.merged != case.want {
         // and by default the dQ and dK/dV kernels become one kernel of the whole backward
-        let (kg, report) = optimize(
-            &g,
-            &Config {
-                attention: AttentionPolicy::Flash,
-                ..Config::default()
-            },
-        );
+        let (kg, report) = optimize(&g, &config(AttentionPolicy::Flash, Choices::default()));
         assert_eq!(
             flash_kinds(&kg),
             case.merged,
@@ -138,13 +144,7 @@ fn check(case: &Case) {
         }
     }
     // the unfused policy keeps values too, with no flash kernel
-    let (kg, _) = optimize(
-        &g,
-        &Config {
-            attention: AttentionPolicy::Unfused,
-            ..Config::default()
-        },
-    );
+    let (kg, _) = optimize(&g, &config(AttentionPolicy::Unfused, Choices::default()));
     assert!(flash_kinds(&kg).is_empty(), "{}: unfused", case.name);
     let got = evaluate(&kg, &feed, &persistent).expect("the unfused graph evaluates");
     for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
@@ -332,15 +332,7 @@ fn auto_is_never_costlier_than_the_unfused_products() {
         (2048, 128, true, true),
     ] {
         let g = gpt2_heads(s, d, causal);
-        let with = |attention| {
-            optimize(
-                &g,
-                &Config {
-                    attention,
-                    ..Config::default()
-                },
-            )
-        };
+        let with = |attention| optimize(&g, &config(attention, Choices::default()));
         let (kg, auto) = with(AttentionPolicy::Auto);
         let (_, unfused) = with(AttentionPolicy::Unfused);
         assert!(
@@ -358,20 +350,18 @@ fn auto_is_never_costlier_than_the_unfused_products() {
         if (s, d, causal) == (1024, 128, true) {
             // with the backward kept as two kernels (`--flash-backward split`) the dQ kernel
             // costs its own products, and flash loses here
-            let (kg, split) = optimize(
-                &g,
-                &Config {
-                    merge_flash_backward: false,
-                    ..Config::default()
-                },
-            );
+            let split_backward = Choices {
+                merge_backward: false,
+                ..Choices::default()
+            };
+            let (kg, split) = optimize(&g, &config(AttentionPolicy::Auto, split_backward));
             assert!(flash_kinds(&kg).is_empty(), "split: {:?}", flash_kinds(&kg));
             assert!(split.cost_after > auto.cost_after);
         }
     }
 }
 
-/// With tensor cores (`Config::tensor_cores`) the cost model prices the kernels that have
+/// With tensor cores (`Choices::tensor_cores`) the cost model prices the kernels that have
 /// tensor-core forms at those forms' rate, and the backward split where its kernels have them
 /// (the whole backward has none): at head dims 64 and 128 all three kernels (at 128 and S = 512
 /// 0.569 ms against the unfused products' 0.886, 0.420 against 0.899 causal). At S = 512 and 1024 not causal, where `auto` keeps the unfused
@@ -389,14 +379,12 @@ fn tensor_cores_price_their_kernels() {
         (512, 128, true, &[Forward, BackwardDq, BackwardDkDv][..]),
     ] {
         let g = gpt2_heads(s, d, causal);
-        let (_, plain) = optimize(&g, &Config::default());
-        let (kg, tc) = optimize(
-            &g,
-            &Config {
-                tensor_cores: true,
-                ..Config::default()
-            },
-        );
+        let (_, plain) = optimize(&g, &config(AttentionPolicy::Auto, Choices::default()));
+        let tensor_cores = Choices {
+            tensor_cores: true,
+            ..Choices::default()
+        };
+        let (kg, tc) = optimize(&g, &config(AttentionPolicy::Auto, tensor_cores));
         let mut want = want.to_vec();
         want.sort();
         assert_eq!(flash_kinds(&kg), want, "S = {s}, D = {d}, causal {causal}");

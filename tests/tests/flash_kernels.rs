@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use sinter_compiler::codegen::flash::Tiling;
+use sinter_compiler::flash::variant::Tiling;
 use sinter_compiler::flash::{FlashKind, FlashSpec};
 use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
 use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evaluate};
@@ -280,7 +280,7 @@ fn check_edited(
 ) {
     let (want, got) = run_flash(case, kind, options, choice, edit);
     // products of f16 operands (11 significant bits) on tensor cores, else f32 throughout
-    let tolerance = match (options.tensor_cores, kind) {
+    let tolerance = match (options.flash.tensor_cores, kind) {
         (false, _) => 1e-4,
         (true, FlashKind::Forward) => 4e-3,
         // the score gradient P·(dP − D) subtracts two sums of f16 products
@@ -289,7 +289,7 @@ fn check_edited(
     for (name, w) in &want {
         let a = &got[name];
         let err = relative_error(&a.data, &w.data);
-        if options.tensor_cores {
+        if options.flash.tensor_cores {
             eprintln!("  tensor cores: `{name}` within {err:.2e}");
         }
         assert!(
@@ -301,7 +301,7 @@ fn check_edited(
             case.d,
             case.dv,
             case.batch,
-            options.flash_tile,
+            options.flash.tiling,
             &a.data[..a.data.len().min(12)],
             &w.data[..w.data.len().min(12)]
         );
@@ -686,10 +686,10 @@ fn compile_every(cases: &[Case], kinds: &[FlashKind], options: &sinter_compiler:
 
 /// Compile options with the flash kernels on tensor cores.
 fn tensor_core_options() -> sinter_compiler::Options {
-    sinter_compiler::Options {
-        tensor_cores: true,
-        ..Default::default()
-    }
+    let mut options = sinter_compiler::Options::default();
+    options.target.features.cooperative_matrix = true;
+    options.flash.tensor_cores = true;
+    options
 }
 
 /// Whether the adapter of `choice` runs tensor-core artifacts. Where it does not (Mesa's
@@ -752,11 +752,11 @@ fn backward_whole_walks_key_blocks() {
             let budget = dq_bytes * groups + dq_bytes / 2;
             let key_blocks = case.sk.div_ceil(Tiling::DEFAULT.rows);
             assert_eq!(
-                sinter_compiler::codegen::flash::dq_groups(key_blocks, dq_bytes, budget),
+                sinter_compiler::flash::variant::dq_groups(key_blocks, dq_bytes, budget),
                 groups as usize
             );
             let options = sinter_compiler::Options {
-                max_binding_size: budget,
+                target: sinter_compiler::Target::portable().with_max_binding(budget),
                 ..Default::default()
             };
             check_on(&case, FlashKind::Backward, &options, &poisoned);
@@ -806,12 +806,10 @@ fn other_tilings() {
         c(100, 129, 40, 24, Mask::Window(20), false),
         c(33, 70, 96, 96, Mask::Additive, true),
     ]);
-    let default = sinter_compiler::Options::default().flash_tile;
+    let default = sinter_compiler::Options::default().flash.tiling;
     for &(name, tiling) in Tiling::NAMED.iter().filter(|(_, t)| *t != default) {
-        let options = sinter_compiler::Options {
-            flash_tile: tiling,
-            ..Default::default()
-        };
+        let mut options = sinter_compiler::Options::default();
+        options.flash.tiling = tiling;
         for case in &cases {
             for kind in [
                 FlashKind::Forward,

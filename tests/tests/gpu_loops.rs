@@ -4,7 +4,7 @@
 //! must refuse what still does not fit instead of returning a short result.
 
 use sinter_compiler::codegen::LOOP_BUDGET;
-use sinter_compiler::codegen::matmul::LARGE;
+use sinter_compiler::matmul::{Forced, Tile};
 use sinter_tests::{check_gpu, check_graph_gpu};
 
 /// Every dispatch of `src` keeps within the budget, and the GPU agrees with the interpreter.
@@ -111,8 +111,10 @@ fn matmul_with_a_long_inner_dimension() {
     // block shape stages 8 of K per step: written out, 25000 steps fit.
     let graph = sinter_ir::text::parse(src).unwrap();
     let options = sinter_compiler::Options {
-        matmul_tile: Some(LARGE),
-        matmul_split: Some(1),
+        matmul: Forced {
+            tile: Some(Tile::LARGE),
+            splits: Some(1),
+        },
         ..Default::default()
     };
     let artifact = sinter_compiler::compile(&graph, &options).unwrap().artifact;
@@ -128,8 +130,10 @@ fn past_the_budget_lavapipe_refuses_and_says_why() {
     let graph = sinter_ir::text::parse(src).unwrap();
     // unsplit (split-K, the default here, keeps each chunk within the budget)
     let options = sinter_compiler::Options {
-        matmul_tile: Some(LARGE),
-        matmul_split: Some(1),
+        matmul: Forced {
+            tile: Some(Tile::LARGE),
+            splits: Some(1),
+        },
         ..Default::default()
     };
     let compiled = sinter_compiler::compile(&graph, &options).unwrap();

@@ -2,6 +2,7 @@
 //! Tolerances are relative to the largest |reference| value (see `relative_error`); each case
 //! states its own.
 
+use sinter_compiler::matmul::{Forced, Tile};
 use sinter_tests::check_gpu;
 
 /// f32 arithmetic the GPU does differently only by rounding.
@@ -635,7 +636,7 @@ fn plans_split_over_several_arenas_under_a_low_binding_limit() {
     let graph = sinter_ir::text::parse(src).expect("valid");
     // Each tensor is 16 KiB: a 40 KiB limit fits at most two per arena.
     let options = sinter_compiler::Options {
-        max_binding_size: 40 << 10,
+        target: sinter_compiler::Target::portable().with_max_binding(40 << 10),
         ..Default::default()
     };
     let compiled = sinter_compiler::compile(&graph, &options).expect("compiles");
@@ -775,23 +776,19 @@ fn op_gradients() {
 }
 
 /// The automatic choice, then every block shape forced.
-const EVERY_TILE: [Option<sinter_compiler::codegen::matmul::Tile>; 6] = {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
-    [
-        None,
-        Some(LARGE),
-        Some(WIDE),
-        Some(WIDE_DEEP),
-        Some(MEDIUM),
-        Some(SMALL),
-    ]
-};
+const EVERY_TILE: [Option<Tile>; 6] = [
+    None,
+    Some(Tile::LARGE),
+    Some(Tile::WIDE),
+    Some(Tile::WIDE_DEEP),
+    Some(Tile::MEDIUM),
+    Some(Tile::SMALL),
+];
 
 /// Every matmul block shape on odd sizes (edges in every direction), transposed operands and
 /// batch broadcasting; `tile_for` picks these by size, so small tests force them.
 #[test]
 fn every_matmul_tile() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
     let src = "graph t {
   input a: f32[2, 133, 70]
   input b: f32[259, 70]
@@ -802,9 +799,12 @@ fn every_matmul_tile() {
 }
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
-    for tile in [LARGE, WIDE, WIDE_DEEP, MEDIUM, SMALL] {
+    for tile in EVERY_TILE.into_iter().flatten() {
         let options = sinter_compiler::Options {
-            matmul_tile: Some(tile),
+            matmul: Forced {
+                tile: Some(tile),
+                splits: None,
+            },
             ..Default::default()
         };
         sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
@@ -834,7 +834,7 @@ fn matmul_layouts_and_odd_sizes() {
     let graph = sinter_ir::text::parse(src).expect("valid");
     for tile in EVERY_TILE {
         let options = sinter_compiler::Options {
-            matmul_tile: tile,
+            matmul: Forced { tile, splits: None },
             ..Default::default()
         };
         let compiled = sinter_compiler::compile(&graph, &options).expect("compiles");
@@ -853,12 +853,14 @@ fn matmul_layouts_and_odd_sizes() {
 /// `graph` compiled with `tile` (or the automatic block shape) and `split` K chunks forced.
 fn forced_matmul(
     graph: &sinter_ir::Graph,
-    tile: Option<sinter_compiler::codegen::matmul::Tile>,
+    tile: Option<Tile>,
     split: usize,
 ) -> (sinter_compiler::Options, sinter_ir::artifact::Artifact) {
     let options = sinter_compiler::Options {
-        matmul_tile: tile,
-        matmul_split: Some(split),
+        matmul: Forced {
+            tile,
+            splits: Some(split),
+        },
         ..Default::default()
     };
     let artifact = sinter_compiler::compile(graph, &options)

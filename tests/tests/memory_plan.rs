@@ -34,7 +34,7 @@ fn peak_is_near_the_lower_bound_and_live_buffers_never_overlap() {
 }
 
 /// WebGPU in a browser refuses a dispatch that binds one buffer twice (see
-/// `Options::quad_aliases`); natively the matmuls of `mlp` do, for 16-byte loads.
+/// the target's `quad_aliases`); natively the matmuls of `mlp` do, for 16-byte loads.
 #[test]
 fn artifacts_for_browsers_bind_no_arena_twice() {
     let twice = |artifact: &sinter_ir::artifact::Artifact| {
@@ -45,7 +45,7 @@ fn artifacts_for_browsers_bind_no_arena_twice() {
         })
     };
     let browser = Options {
-        quad_aliases: false,
+        target: sinter_compiler::Target::browser(),
         ..Options::default()
     };
     for (name, src) in examples() {

@@ -77,13 +77,22 @@ fn cnn() {
 /// Every matmul block shape (forced; `tile_for` picks them by output size).
 #[test]
 fn matmul_tiles() {
-    use sinter_compiler::codegen::matmul::{LARGE, MEDIUM, SMALL, WIDE, WIDE_DEEP};
+    use sinter_compiler::matmul::{Forced, Tile};
     let src = "graph mm {\n  input a: f32[256, 256]\n  input b: f32[256, 256]\n  c = matmul(a, b)\n  output c\n}\n";
     let graph = sinter_ir::text::parse(src).expect("valid");
     let mut text = String::new();
-    for tile in [SMALL, MEDIUM, WIDE, WIDE_DEEP, LARGE] {
+    for tile in [
+        Tile::SMALL,
+        Tile::MEDIUM,
+        Tile::WIDE,
+        Tile::WIDE_DEEP,
+        Tile::LARGE,
+    ] {
         let options = sinter_compiler::Options {
-            matmul_tile: Some(tile),
+            matmul: Forced {
+                tile: Some(tile),
+                splits: None,
+            },
             ..Default::default()
         };
         let artifact = sinter_compiler::compile(&graph, &options)
@@ -111,7 +120,10 @@ fn matmul_split_k() {
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
     let options = sinter_compiler::Options {
-        matmul_split: Some(4),
+        matmul: sinter_compiler::matmul::Forced {
+            tile: None,
+            splits: Some(4),
+        },
         ..Default::default()
     };
     let artifact = sinter_compiler::compile(&graph, &options)
@@ -151,11 +163,11 @@ fn flash_attention_training() {
     let graph = sinter_ir::text::parse(src).expect("valid");
     let mut text = String::new();
     for merge in [true, false] {
-        let options = sinter_compiler::Options {
+        let mut options = sinter_compiler::Options {
             attention: sinter_compiler::optimize::AttentionPolicy::Flash,
-            merge_flash_backward: merge,
             ..Default::default()
         };
+        options.flash.merge_backward = merge;
         let artifact = sinter_compiler::compile(&graph, &options)
             .expect("compiles")
             .artifact;
@@ -212,11 +224,12 @@ fn tensor_core_kernels(d: usize) -> String {
 "
     );
     let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render("t", &src)));
-    let options = sinter_compiler::Options {
+    let mut options = sinter_compiler::Options {
         attention: sinter_compiler::optimize::AttentionPolicy::Flash,
-        tensor_cores: true,
         ..Default::default()
     };
+    options.target.features.cooperative_matrix = true;
+    options.flash.tensor_cores = true;
     let artifact = sinter_compiler::compile(&graph, &options)
         .expect("compiles")
         .artifact;

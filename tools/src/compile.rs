@@ -1,10 +1,11 @@
-//! `sinter compile FILE.sir -o FILE.sart [--no-opt] [--attention auto|flash|unfused]
-//! [--flash-backward whole|split] [--max-binding-size BYTES] [--dump-after PASS …]`:
-//! compile a program into an artifact, optionally printing what chosen passes produced.
+//! `sinter compile FILE.sir -o FILE.sart [--target NAME|FILE.json] [--no-opt]
+//! [--attention auto|flash|unfused] [--flash-backward whole|split] [--max-binding-size BYTES]
+//! [--dump-after PASS …]`: compile a program into an artifact, optionally printing what chosen
+//! passes produced.
 
 use std::path::PathBuf;
 
-use sinter_cli::flags::{Attention, FlashBackward};
+use sinter_cli::flags::{Attention, FlashBackward, FlashTile, TargetArgs};
 
 use clap::builder::PossibleValuesParser;
 use sinter_compiler::{Options, Pass};
@@ -25,11 +26,8 @@ pub struct Args {
     /// Where to write the artifact.
     #[arg(short, long, value_name = "FILE.sart")]
     output: PathBuf,
-    /// Largest arena storage binding in bytes; larger plans are split over several arenas.
-    /// Match it to the target adapter's max_storage_buffer_binding_size.
-    #[arg(long, value_name = "BYTES", default_value_t = sinter_compiler::DEFAULT_MAX_BINDING,
-          value_parser = clap::value_parser!(u64).range(4..))]
-    max_binding_size: u64,
+    #[command(flatten)]
+    target: TargetArgs,
     /// Print what a pass produced, after a header line. Repeat it or separate passes with
     /// commas; `all` dumps every pass.
     #[arg(long, value_name = "PASS", value_delimiter = ',', value_parser = pass_names())]
@@ -37,10 +35,6 @@ pub struct Args {
     /// Skip the e-graph optimizer: every primitive becomes its own kernel.
     #[arg(long)]
     no_opt: bool,
-    /// Kernels that WebGPU in a browser accepts: no arena bound twice in one dispatch (natively
-    /// a matmul reads through a second `vec4` binding of its arena, which browsers forbid).
-    #[arg(long)]
-    browser: bool,
     /// Which attention kernels the optimizer may choose: `auto` (flash kernels where the cost
     /// model finds them cheaper), `flash` (wherever an attention is found) or `unfused`.
     #[arg(long, value_enum, default_value_t = Attention::Auto)]
@@ -49,11 +43,9 @@ pub struct Args {
     /// per-group partial sums) or as separate dQ and dK/dV kernels (`split`).
     #[arg(long, value_enum, default_value_t = FlashBackward::Whole)]
     flash_backward: FlashBackward,
-    /// Run the flash-attention kernels' products on tensor cores (cooperative matrices of f16
-    /// operands, f32 accumulation) where its head dimensions allow: faster, 11-bit operands,
-    /// and the artifact runs only where wgpu offers cooperative matrices (native Vulkan).
-    #[arg(long)]
-    tensor_cores: bool,
+    /// The flash-attention kernels' tiling (for experiments; `b` is the fastest measured).
+    #[arg(long, value_enum, default_value_t = FlashTile::B)]
+    flash_tile: FlashTile,
     /// Write the kernel graph before and after optimization as Graphviz files
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
@@ -76,14 +68,16 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         })
         .collect();
     let options = Options {
-        max_binding_size: args.max_binding_size,
+        target: args.target.target().map_err(CliError::Arg)?,
         dump_after,
         optimize: !args.no_opt,
-        quad_aliases: !args.browser,
         dot: args.dot.is_some(),
         attention: args.attention.into(),
-        merge_flash_backward: args.flash_backward.merge(),
-        tensor_cores: args.tensor_cores,
+        flash: sinter_compiler::flash::variant::Choices {
+            tiling: args.flash_tile.into(),
+            tensor_cores: args.target.tensor_cores,
+            merge_backward: args.flash_backward.merge(),
+        },
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

@@ -10,8 +10,8 @@
 //! `vec4<f32>` binding of its arena) where its unit stride, extents and offset guarantee
 //! 16-byte alignment at compile time ([`vec4_loads`]), else as scalars.
 //!
-//! [`choose`] picks the block shape and split-K per product from a model of how its blocks fill
-//! the H200's 132 SMs. Split-K is lowered (in `schedule.rs`) as a batched product of K chunks
+//! The block shape and split-K are the product's variant, chosen once ([`crate::matmul`]) and
+//! stored in the plan; this module only reads them. Split-K is lowered (in `schedule.rs`) as a batched product of K chunks
 //! (views of the operands with a leading chunk axis) into a `[splits, .., m, n]` buffer, then a
 //! [`SplitSum`] pass ([`emit_split_sum`]) that adds the chunks and applies the epilogue.
 
@@ -23,263 +23,7 @@ use sinter_ir::artifact::WORD_BYTES;
 use crate::CompileError;
 use crate::kernel::{Matmul, SplitSum};
 use crate::layout::View;
-
-/// Block shape of a matmul kernel; `(bm / tm) * (bn / tn)` is always 256 threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tile {
-    pub bm: u32,
-    pub bn: u32,
-    pub bk: u32,
-    pub tm: u32,
-    pub tn: u32,
-}
-
-/// Measured on the H200 at 4096: BK = 8 reached 31.0 TFLOP/s, BK = 16 21.5 (its larger staging
-/// registers cost occupancy).
-pub const LARGE: Tile = Tile {
-    bm: 128,
-    bn: 128,
-    bk: 8,
-    tm: 8,
-    tn: 8,
-};
-pub const WIDE: Tile = Tile {
-    bm: 64,
-    bn: 128,
-    bk: 8,
-    tm: 4,
-    tn: 8,
-};
-/// [`WIDE`] with slabs twice as deep (half the barriers per product). Measured on the H200
-/// against WIDE at the GPT-2-small shapes (`bench/README.md`, "Deeper slabs"): 5–8% faster
-/// wherever `b`'s unit stride is along n, 23–24% slower where `b` is a transposed view (its
-/// staging walks k across threads and transposes through workgroup memory), so [`deepen`]
-/// takes it only in the first case.
-pub const WIDE_DEEP: Tile = Tile {
-    bm: 64,
-    bn: 128,
-    bk: 16,
-    tm: 4,
-    tn: 8,
-};
-pub const MEDIUM: Tile = Tile {
-    bm: 64,
-    bn: 64,
-    bk: 16,
-    tm: 4,
-    tn: 4,
-};
-pub const SMALL: Tile = Tile {
-    bm: 32,
-    bn: 32,
-    bk: 32,
-    tm: 2,
-    tn: 2,
-};
-
-impl std::fmt::Display for Tile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}x{}x{}x{}x{}",
-            self.bm, self.bn, self.bk, self.tm, self.tn
-        )
-    }
-}
-
-impl Tile {
-    /// Parses `BMxBNxBKxTMxTN` (e.g. `128x128x16x8x8`), checking that the shape is one this
-    /// kernel can run: 256 threads, slabs that divide evenly among them, quads or scalars.
-    pub fn parse(text: &str) -> Result<Tile, String> {
-        let parts: Vec<u32> = text
-            .split('x')
-            .map(|p| {
-                p.parse::<u32>()
-                    .map_err(|_| format!("`{p}` in `{text}` is not a number"))
-            })
-            .collect::<Result<_, _>>()?;
-        let [bm, bn, bk, tm, tn] = parts[..] else {
-            return Err(format!("`{text}` needs five numbers: BMxBNxBKxTMxTN"));
-        };
-        let t = Tile { bm, bn, bk, tm, tn };
-        let fits = tm > 0
-            && tn > 0
-            && bm % tm == 0
-            && bn % tn == 0
-            && (bm / tm) * (bn / tn) == WORKGROUP
-            && (bm * bk) % WORKGROUP == 0
-            && (bk * bn) % WORKGROUP == 0
-            && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= 16384;
-        if fits {
-            Ok(t)
-        } else {
-            Err(format!(
-                "tile `{text}` does not give 256 threads with evenly split slabs in 16 KiB"
-            ))
-        }
-    }
-}
-
-/// Words of padding after each `k` row of a staged slab whose operand has `k` as its unit
-/// stride (at most; scalar tiles pad one word, quad tiles one quad). Staging then writes
-/// consecutive threads' `k` to rows `BM + PAD` words apart, spreading them over the 32 banks
-/// instead of all landing in one (an 8-way conflict for `BK = 8` without it).
-const PAD: u32 = 4;
-
-/// Streaming multiprocessors of the GPU the block-count model plans for (the H200's 132).
-pub const SMS: usize = 132;
-
-/// Throughput model of one block shape on the H200, fitted to measurements of the GPT-2-small
-/// training shapes (2048x768x768 .. 4096x4096x4096, each tile and split count; `bench/README.md`).
-struct Model {
-    tile: Tile,
-    /// Blocks one SM runs at once.
-    resident: usize,
-    /// An SM's throughput with `c` blocks resident (entry `c - 1`), relative to a full SM: one
-    /// block alone does not hide its own latencies.
-    occupancy: &'static [f64],
-    /// TFLOP/s with every SM full.
-    tflops: f64,
-    /// Factor on the time of a split product (LARGE's chunked products ran ~10% slower than
-    /// their block counts predict, MEDIUM's ~5%, WIDE's not).
-    split_penalty: f64,
-}
-
-const MODELS: [Model; 4] = [
-    // Alone, LARGE's blocks ran at 37.5 TFLOP/s (4096^3 and the GPT-2-small shapes); inside
-    // the GPT-2-small step its 2048x768x3072 products ran 13-16% slower than that (and slower
-    // than WIDE's 16-deep slabs, which kept their speed), so the model takes the in-step rate.
-    Model {
-        tile: LARGE,
-        resident: 2,
-        occupancy: &[0.72, 1.0],
-        tflops: 32.5,
-        split_penalty: 1.1,
-    },
-    Model {
-        tile: WIDE,
-        resident: 3,
-        occupancy: &[0.68, 0.92, 1.0],
-        tflops: 30.0,
-        split_penalty: 1.0,
-    },
-    Model {
-        tile: MEDIUM,
-        resident: 8,
-        occupancy: &[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
-        tflops: 26.0,
-        split_penalty: 1.05,
-    },
-    Model {
-        tile: SMALL,
-        resident: 8,
-        occupancy: &[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
-        tflops: 6.0,
-        split_penalty: 1.0,
-    },
-];
-
-/// Shortest K chunk the automatic split-K choice takes: shorter chunks measured slower than
-/// their block counts predict (per-block costs, and partials traffic).
-const MIN_CHUNK: usize = 512;
-/// Largest split-K partial buffer the automatic choice allocates, in bytes.
-const MAX_PARTIALS: usize = 64 << 20;
-/// Split counts the automatic choice considers (each must divide K).
-const SPLITS: [usize; 6] = [1, 2, 3, 4, 6, 8];
-/// Effective bandwidth of the split-K sum (bytes per ns), fitted with the models above.
-const SUM_BYTES_PER_NS: f64 = 1e3;
-
-/// Time, in units of one block's work at a full SM's rate, that an SM takes for `blocks`
-/// blocks: rounds of `resident` blocks, the last one possibly short (and slower per block).
-fn sm_time(model: &Model, blocks: usize) -> f64 {
-    let (mut left, mut t) = (blocks, 0.0);
-    while left > 0 {
-        let c = left.min(model.resident);
-        t += c as f64 / model.occupancy[c - 1];
-        left -= c;
-    }
-    t
-}
-
-/// Estimated nanoseconds of a product of `batch` `[m, k] x [k, n]` matrices with `model`'s
-/// tile and `k` cut into `splits` chunks: the busiest SM's blocks ([`sm_time`]; blocks spread
-/// evenly), plus the pass that sums the partials (a read of each, a write of the result).
-fn estimate(model: &Model, batch: usize, m: usize, n: usize, k: usize, splits: usize) -> f64 {
-    let t = model.tile;
-    let blocks = batch * splits * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
-    let block_flops = 2.0 * f64::from(t.bm * t.bn) * (k / splits) as f64;
-    let sm_flops_per_ns = model.tflops * 1e3 / SMS as f64;
-    let product = sm_time(model, blocks.div_ceil(SMS)) * block_flops / sm_flops_per_ns;
-    if splits == 1 {
-        return product;
-    }
-    let sum_bytes = ((splits + 1) * batch * m * n) as f64 * WORD_BYTES as f64;
-    product * model.split_penalty + sum_bytes / SUM_BYTES_PER_NS + 2e3
-}
-
-/// Picks the block shape and the number of K chunks (split-K) of a product of `batch`
-/// `[m, k] x [k, n]` matrices by the estimated time of its blocks on the H200's SMs
-/// ([`estimate`]): a shape whose blocks do not fill the SMs takes smaller blocks, or splits a
-/// long K into chunks whose partial products a second pass sums. Blocks much larger than the
-/// output are not considered. `tile` and `splits` force either choice (a forced split count
-/// that does not divide K becomes the largest one below it that does).
-pub fn choose(
-    batch: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    tile: Option<Tile>,
-    splits: Option<usize>,
-) -> (Tile, usize) {
-    let divides = |s: usize| k.is_multiple_of(s);
-    let split_options: Vec<usize> = match splits {
-        Some(s) => vec![(1..=s.min(k)).rev().find(|&s| divides(s)).unwrap_or(1)],
-        None => SPLITS
-            .into_iter()
-            .filter(|&s| {
-                s == 1
-                    || (divides(s)
-                        && k / s >= MIN_CHUNK
-                        && s * batch * m * n * WORD_BYTES as usize <= MAX_PARTIALS)
-            })
-            .collect(),
-    };
-    let fits = |t: &Tile| (t.bm as usize) <= m.max(32) && (t.bn as usize) <= n.max(32);
-    let forced;
-    let models: Vec<&Model> = match tile {
-        Some(t) => {
-            // the model of the nearest measured tile, by block size
-            let like = MODELS
-                .iter()
-                .find(|x| x.tile.bm * x.tile.bn <= t.bm * t.bn)
-                .unwrap_or(&MODELS[MODELS.len() - 1]);
-            forced = Model { tile: t, ..*like };
-            vec![&forced]
-        }
-        None => MODELS.iter().filter(|x| fits(&x.tile)).collect(),
-    };
-    let mut best = (models[0].tile, 1, f64::INFINITY);
-    for model in models {
-        for &s in &split_options {
-            let t = estimate(model, batch, m, n, k, s);
-            if t < best.2 {
-                best = (model.tile, s, t);
-            }
-        }
-    }
-    (best.0, best.1)
-}
-
-/// The block shape a product runs with, given [`choose`]'s `tile`: [`WIDE_DEEP`] for [`WIDE`]
-/// when `b_along_n` (`b`'s unit stride is along n, where the deeper slabs measured faster),
-/// else `tile`. [`choose`]'s model keeps WIDE's rate for both.
-pub fn deepen(tile: Tile, b_along_n: bool) -> Tile {
-    if tile == WIDE && b_along_n {
-        WIDE_DEEP
-    } else {
-        tile
-    }
-}
+use crate::matmul::{PAD, Tile};
 
 pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), CompileError> {
     let batch: usize = k.batch.iter().product();
@@ -874,43 +618,12 @@ fn quad_write(s: &mut String, t: Tile, arena_o: &str, value: &dyn Fn(&str) -> St
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::matmul::Tile;
 
-    /// The GPT-2-small training step's products (forward, input and weight gradients) get the
-    /// block shape and split that measured fastest among those tried on the H200 (or within 3%;
-    /// 2048x768x3072 and 768x2048x2304 inside the step, where LARGE ran 13-16% slower than
-    /// alone, `bench/README.md`, "Block shapes inside the step").
-    #[test]
-    fn gpt2_shapes_take_their_measured_block_shapes() {
-        let cases = [
-            // (m, k, n): tile, splits
-            ((2048, 768, 2304), WIDE, 1),
-            ((2048, 768, 768), MEDIUM, 1),
-            ((2048, 768, 3072), WIDE, 1),
-            ((2048, 3072, 768), WIDE, 2),
-            ((2048, 2304, 768), WIDE, 2),
-            ((768, 2048, 768), WIDE, 4),
-            ((768, 2048, 2304), WIDE, 4),
-            ((3072, 2048, 768), WIDE, 4),
-            ((768, 2048, 3072), WIDE, 4),
-            ((4096, 4096, 4096), LARGE, 1),
-        ];
-        for ((m, k, n), tile, splits) in cases {
-            assert_eq!(
-                choose(1, m, n, k, None, None),
-                (tile, splits),
-                "{m}x{k}x{n}"
-            );
-        }
-    }
-
-    /// A product that `choose` gives WIDE runs with the deeper slabs when `b` is read along n,
-    /// and keeps WIDE when `b` is a transposed view; other tiles and forced tiles stay.
+    /// A product that the variant choice gives WIDE runs with the deeper slabs when `b` is read
+    /// along n, and keeps WIDE when `b` is a transposed view or the tile is forced.
     #[test]
     fn wide_products_deepen_where_b_is_read_along_n() {
-        assert_eq!(deepen(WIDE, true), WIDE_DEEP);
-        assert_eq!(deepen(WIDE, false), WIDE);
-        assert_eq!(deepen(LARGE, true), LARGE);
         // `c = a · b` with `b` stored as `[768, 2304]` (read along n) or transposed from
         // `[2304, 768]`: whether the kernel's 64 × 128 blocks take 16-deep slabs
         let bk = |along_n: bool, tile: Option<Tile>| {
@@ -924,7 +637,7 @@ mod tests {
             );
             let graph = sinter_ir::text::parse(&src).expect("valid");
             let options = crate::Options {
-                matmul_tile: tile,
+                matmul: crate::matmul::Forced { tile, splits: None },
                 ..Default::default()
             };
             let artifact = crate::compile(&graph, &options).expect("compiles").artifact;
@@ -934,7 +647,11 @@ mod tests {
         };
         assert_eq!(bk(true, None), Some(true), "b along n: deeper slabs");
         assert_eq!(bk(false, None), Some(false), "b transposed: WIDE");
-        assert_eq!(bk(true, Some(WIDE)), Some(false), "a forced tile stays");
+        assert_eq!(
+            bk(true, Some(Tile::WIDE)),
+            Some(false),
+            "a forced tile stays"
+        );
     }
 
     /// A batch that `b` is shared by folds into m only while the folded rows fit one dispatch's
@@ -944,22 +661,10 @@ mod tests {
         let src = "graph t {\n  input a: f32[64, 32768, 4]\n  input b: f32[4, 8]\n  y = matmul(a, b)\n  output y\n}\n";
         let graph = sinter_ir::text::parse(src).expect("valid");
         let options = crate::Options {
-            max_binding_size: 1 << 31,
+            target: crate::Target::portable().with_max_binding(1 << 31),
             ..Default::default()
         };
         let artifact = crate::compile(&graph, &options).expect("compiles").artifact;
         assert!(artifact.kernels[0].wgsl.contains("let b0 = wid.z;"));
-    }
-
-    #[test]
-    fn small_outputs_take_small_blocks_and_forced_splits_divide_k() {
-        assert_eq!(choose(1, 17, 300, 64, None, None), (SMALL, 1));
-        assert_eq!(choose(1, 512, 512, 512, None, None), (MEDIUM, 1));
-        // a long K over few blocks is split
-        assert_eq!(choose(1, 1, 1, 600_000, None, None).1, 8);
-        // forced: the largest count up to the one asked for that divides K
-        assert_eq!(choose(1, 64, 64, 129, Some(LARGE), Some(4)), (LARGE, 3));
-        assert_eq!(choose(1, 64, 64, 17, None, Some(4)).1, 1);
-        assert_eq!(choose(1, 64, 64, 17, None, Some(1)).1, 1);
     }
 }

@@ -4,8 +4,8 @@
 //! of `vec4<u32>`, read through `p(i)`), bindings 1.. are the arenas the kernel touches
 //! (`array<f32>`; i32 values are stored as bit patterns). A kernel that loads quads also binds
 //! such an arena a second time as `array<vec4<f32>>` (`arena{i}q`), only for reads at
-//! addresses that are multiples of 4 by construction, unless `Options::quad_aliases` is off
-//! (artifacts for browsers, where WebGPU forbids binding one buffer twice in a dispatch). The body reads every extent, stride
+//! addresses that are multiples of 4 by construction, unless the target's `quad_aliases` is
+//! off (artifacts for browsers, where WebGPU forbids binding one buffer twice in a dispatch). The body reads every extent, stride
 //! and offset from the param block, so the text depends only on the plan's structure and
 //! identical kernels are shared between dispatches.
 //!
@@ -72,18 +72,16 @@ pub const COOPERATIVE_FEATURES: &[&str] =
 /// the runtime refuses to run it on lavapipe rather than return a short result.
 pub const LOOP_BUDGET: u64 = 65535;
 
-/// Writes the WGSL of one kernel; `quad_aliases`, `flash_tile` and `tensor_cores` as in
-/// [`crate::Options`].
+/// Writes the WGSL of one kernel for `target` (the plan's variants are chosen already; the
+/// target says which bindings and features a kernel may use).
 pub fn emit(
     plan: &KernelPlan,
     mem: &MemoryPlan,
-    quad_aliases: bool,
-    flash_tile: flash::Tiling,
-    tensor_cores: bool,
+    target: &crate::Target,
 ) -> Result<KernelSource, crate::CompileError> {
     let mut e = Emitter {
         mem,
-        quad_aliases,
+        quad_aliases: target.features.quad_aliases,
         params: Vec::new(),
         arenas: Vec::new(),
         too_large: None,
@@ -107,7 +105,7 @@ pub fn emit(
         KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
-        KernelPlan::Flash(k) => flash::emit(&mut e, k, flash_tile, tensor_cores),
+        KernelPlan::Flash(k) => flash::emit(&mut e, k),
         KernelPlan::FlashScale(k) => flash::coop::emit_scale(&mut e, k),
     };
     e.finish(plan.pattern(), &body, workgroups, shared)
@@ -125,7 +123,7 @@ pub struct Emitter<'m> {
     address_words: Vec<[u32; 2]>,
     /// Per arena binding: whether it is a `vec4<f32>` alias.
     quads: Vec<bool>,
-    /// Whether `vec4<f32>` aliases may be bound ([`crate::Options::quad_aliases`]).
+    /// Whether `vec4<f32>` aliases may be bound ([`crate::target::Features::quad_aliases`]).
     quad_aliases: bool,
     /// The body's form with subgroup operations, when the kernel has one (same params and
     /// bindings as the plain body).

@@ -27,7 +27,7 @@ use sinter_ir::{Attrs, DType, Op, key};
 use super::analysis::{Graph, Types};
 use super::lang::{ENode, Head, Interned};
 use super::rules::computed;
-use crate::codegen::flash::MAX_HEAD_DIM;
+use crate::flash::variant::MAX_HEAD_DIM;
 use crate::flash::{FlashKind, FlashSpec};
 use crate::fused::{Access, Axis, Inst, Output, Program, Scalar, broadcast_access};
 
@@ -645,11 +645,14 @@ fn dk_sites(g: &Graph, p: Id, d_o: Id) -> Vec<Id> {
 
 /// Makes each dQ kernel and dK/dV kernel of one attention (the same inputs and score
 /// functions) one kernel of the whole backward ([`FlashKind::Backward`]) where
-/// [`FlashSpec::merges`] says so (`tensor_cores` as in [`crate::Options::tensor_cores`]);
-/// returns how many were merged.
+/// [`crate::flash::variant::merges`] says so under `model`'s target and choices; returns how
+/// many were merged.
 /// The merged kernel takes the earlier one's place: the two read the same values, so
 /// everything either's readers read is defined by then.
-pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph, tensor_cores: bool) -> usize {
+pub fn merge_backward(
+    kg: &mut crate::kgraph::KernelGraph,
+    model: &crate::cost::CostModel,
+) -> usize {
     use crate::kgraph::{KNode, KernelOp};
     fn spec_of(n: &KNode) -> Option<&FlashSpec> {
         match &n.op {
@@ -669,7 +672,7 @@ pub fn merge_backward(kg: &mut crate::kgraph::KernelGraph, tensor_cores: bool) -
             _ => continue,
         };
         let (q, v) = (kg.ty(kg.nodes[a].inputs[0]), kg.ty(kg.nodes[a].inputs[2]));
-        if !first.merges(q, v, tensor_cores) {
+        if !crate::flash::variant::merges(&model.target, &model.flash, &first, q, v) {
             continue;
         }
         let partner = (a + 1..kg.nodes.len()).find(|&b| {

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use egg::{Id, Rewrite, Runner, StopReason};
 use sinter_ir::{Graph, ValueDef, ValueId};
 
+use crate::cost::CostModel;
 use crate::fused::{Bound, merge_siblings};
 use crate::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp};
 use analysis::Types;
@@ -147,29 +148,15 @@ pub enum AttentionPolicy {
     Unfused,
 }
 
-/// What the optimizer may do.
-#[derive(Clone, Copy, Debug)]
+/// What the optimizer may do, and what prices its choices.
+#[derive(Clone, Debug, Default)]
 pub struct Config {
     pub attention: AttentionPolicy,
-    /// The largest tensor a kernel may store, in bytes (the arena's binding limit).
-    pub max_binding: u64,
-    /// Make each attention's dQ and dK/dV kernels one kernel of the whole backward where that
-    /// pays ([`attention::merge_backward`]; `--flash-backward split` turns it off).
-    pub merge_flash_backward: bool,
-    /// [`crate::Options::tensor_cores`]: the backward stays split where its kernels have
-    /// tensor-core forms.
-    pub tensor_cores: bool,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            attention: AttentionPolicy::Auto,
-            max_binding: u64::MAX,
-            merge_flash_backward: true,
-            tensor_cores: false,
-        }
-    }
+    /// The target and the compile's choices of kernel variants (including whether an
+    /// attention's dQ and dK/dV kernels become one, [`attention::merge_backward`]).
+    pub model: CostModel,
+    /// Print each rule set's search, apply and rebuild times per iteration to stderr.
+    pub trace: bool,
 }
 
 /// Optimizes a decomposed graph (see the module docs).
@@ -185,7 +172,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     let mut built = build(g);
     report.cost_before = original_choice(&built)
         .iter()
-        .map(|(_, n)| extract::node_cost(&built.egraph, n))
+        .map(|(_, n)| extract::node_cost(&config.model, &built.egraph, n))
         .sum();
     lap(&mut report, "build");
     let mut rules = rules::algebra();
@@ -199,17 +186,15 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
         ("fusion", fusion::rules(state.clone()), fusion_limits),
     ] {
         let egraph = std::mem::take(&mut built.egraph);
-        let (egraph, set) = run_set(name, egraph, &set, limits);
+        let (egraph, set) = run_set(name, egraph, &set, limits, config.trace);
         built.egraph = egraph;
         report.sets.push(set);
         lap(&mut report, name);
     }
     let settings = extract::Settings {
+        model: &config.model,
         force_flash: config.attention == AttentionPolicy::Flash,
         forbid_flash: false,
-        split_flash_backward: !config.merge_flash_backward,
-        max_binding: config.max_binding,
-        tensor_cores: config.tensor_cores,
     };
     // Extraction's local search does not leave the flash kernels once they are in (their
     // forward, backward and row statistics switch together, which no single move does): the
@@ -251,11 +236,17 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     lap(&mut report, "extraction");
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
-    let barrier = stored(&built.egraph, &choice);
+    let barrier = stored(&config.model, &built.egraph, &choice);
     let state = std::sync::Arc::new(state.next_round(&built.egraph, barrier));
     let egraph = std::mem::take(&mut built.egraph);
     let name = "fusion up to stored values";
-    let (egraph, set) = run_set(name, egraph, &fusion::rules(state.clone()), fusion_limits);
+    let (egraph, set) = run_set(
+        name,
+        egraph,
+        &fusion::rules(state.clone()),
+        fusion_limits,
+        config.trace,
+    );
     report.sets.push(set);
     built.egraph = egraph;
     lap(&mut report, name);
@@ -270,9 +261,7 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     lap(&mut report, "kernel graph");
     report.siblings_merged = merge_all_siblings(&mut kg);
     lap(&mut report, "sibling merge");
-    if config.merge_flash_backward {
-        attention::merge_backward(&mut kg, config.tensor_cores);
-    }
+    attention::merge_backward(&mut kg, &config.model);
     share::store_recomputed(&mut kg);
     lap(&mut report, "stored recomputed values");
     report.total_time = start.elapsed();
@@ -298,11 +287,11 @@ fn extract_round(
 
 /// The classes an extraction stores: those computed by a kernel (not views, literals or
 /// leaves).
-fn stored(g: &analysis::Graph, choice: &extract::Choice) -> HashSet<Id> {
+fn stored(model: &CostModel, g: &analysis::Graph, choice: &extract::Choice) -> HashSet<Id> {
     choice
         .node
         .iter()
-        .filter(|(_, n)| extract::node_cost(g, n) > 0.0)
+        .filter(|(_, n)| extract::node_cost(model, g, n) > 0.0)
         .map(|(&c, _)| g.find(c))
         .collect()
 }
@@ -379,6 +368,7 @@ fn run_set(
     egraph: analysis::Graph,
     rules: &[Rewrite<ENode, Types>],
     limits: Limits,
+    trace: bool,
 ) -> (analysis::Graph, SetReport) {
     let t = Instant::now();
     let runner = Runner::default()
@@ -396,7 +386,7 @@ fn run_set(
         Some(StopReason::Other(s)) => s.clone(),
         None => "not run".to_string(),
     };
-    if std::env::var_os("SINTER_OPTIMIZE_TRACE").is_some() {
+    if trace {
         for it in &runner.iterations {
             eprintln!(
                 "{name}: {} nodes, search {:.1} ms, apply {:.1} ms, rebuild {:.1} ms",
@@ -1086,7 +1076,7 @@ pub fn explore(g: &Graph, fusion: bool) -> Exploration<'_> {
     }
     for (name, set, limits) in plan {
         let egraph = std::mem::take(&mut built.egraph);
-        let (egraph, report) = run_set(name, egraph, &set, limits);
+        let (egraph, report) = run_set(name, egraph, &set, limits, false);
         built.egraph = egraph;
         sets.push(report);
     }
@@ -1118,16 +1108,16 @@ impl Exploration<'_> {
         let eg = &b.egraph;
         let levels = levels(b, self.source);
         let original: HashMap<Id, ENode> = original_choice(b).into_iter().collect();
+        let model = CostModel::default();
+        let settings = extract::Settings {
+            model: &model,
+            force_flash: false,
+            forbid_flash: false,
+        };
         let root = eg.find(b.root);
         // the source's own nodes where they are acyclic, some node elsewhere
-        let default = extract::extract(
-            eg,
-            root,
-            &levels,
-            Some(&original),
-            Duration::ZERO,
-            extract::Settings::default(),
-        );
+        let default =
+            extract::extract(eg, root, &levels, Some(&original), Duration::ZERO, settings);
         let mut out = vec![(
             "the source's nodes".to_string(),
             to_kernel_graph(b, self.source, &default, None),
@@ -1142,14 +1132,8 @@ impl Exploration<'_> {
                 }
                 let mut prev = original.clone();
                 prev.insert(class.id, n.clone());
-                let choice = extract::extract(
-                    eg,
-                    root,
-                    &levels,
-                    Some(&prev),
-                    Duration::ZERO,
-                    extract::Settings::default(),
-                );
+                let choice =
+                    extract::extract(eg, root, &levels, Some(&prev), Duration::ZERO, settings);
                 if choice.node.get(&class.id) != Some(n) {
                     continue; // not reachable from the outputs, or not acyclic here
                 }

@@ -32,7 +32,7 @@ use clap::{Parser, Subcommand};
 mod attention;
 #[path = "bench/scaling.rs"]
 mod scaling;
-use sinter_compiler::codegen::matmul::Tile;
+use sinter_compiler::matmul::Tile;
 use sinter_ir::DType;
 use sinter_ir::artifact::Artifact;
 use sinter_runtime::io::{HostTensor, TensorData, read_npy};
@@ -319,15 +319,27 @@ fn compile_with_tile(
     split: Option<u32>,
 ) -> Result<Artifact, Failure> {
     let graph = sinter_ir::text::parse(src).map_err(|d| Failure::Error(d.render(file, src)))?;
-    let mut options = sinter_compiler::Options {
-        matmul_tile: tile,
-        matmul_split: split.map(|s| s as usize),
+    let options = sinter_compiler::Options {
+        target: bench_target(max_binding, false),
+        matmul: sinter_compiler::matmul::Forced {
+            tile,
+            splits: split.map(|s| s as usize),
+        },
         ..Default::default()
     };
-    if let Some(bytes) = max_binding {
-        options.max_binding_size = bytes;
-    }
     Ok(sinter_compiler::compile(&graph, &options)?.artifact)
+}
+
+/// The target benchmarks compile for: the portable one with the binding limit `max_binding`
+/// where given, and cooperative matrices where `tensor_cores`.
+fn bench_target(max_binding: Option<u64>, tensor_cores: bool) -> sinter_compiler::Target {
+    let args = sinter_cli::flags::TargetArgs {
+        max_binding_size: max_binding,
+        tensor_cores,
+        ..Default::default()
+    };
+    args.target()
+        .expect("the portable target with these flags is valid")
 }
 
 /// Nanoseconds as milliseconds with four significant digits.
@@ -853,16 +865,17 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
     let t = Instant::now();
     let graph =
         sinter_ir::text::parse(&src).map_err(|d| Failure::Error(d.render("gpt.sir", &src)))?;
-    let mut options = sinter_compiler::Options {
+    let options = sinter_compiler::Options {
+        target: bench_target(args.max_binding, args.tensor_cores),
         optimize: !args.no_opt,
         attention: args.attention.into(),
-        merge_flash_backward: args.flash_backward.merge(),
-        tensor_cores: args.tensor_cores,
+        flash: sinter_compiler::flash::variant::Choices {
+            tensor_cores: args.tensor_cores,
+            merge_backward: args.flash_backward.merge(),
+            ..Default::default()
+        },
         ..Default::default()
     };
-    if let Some(bytes) = args.max_binding {
-        options.max_binding_size = bytes;
-    }
     let compiled = sinter_compiler::compile(&graph, &options)?;
     let compile_s = seconds(t);
     let optimize_s = compiled

@@ -1,5 +1,5 @@
-//! The flash-attention forward and split backward on tensor cores
-//! ([`crate::Options::tensor_cores`]).
+//! The flash-attention forward and split backward on tensor cores (a kernel whose variant is
+//! [`Form::TensorCores`], [`crate::flash::variant`]).
 //!
 //! **Products (forward).** The two products of a block, `S = Q·Kᵀ` and `P·V`, run as wgpu's cooperative
 //! matrices: 16 × 16 × 16 steps of `f16` operands accumulated in `f32`. A workgroup of 256
@@ -84,29 +84,23 @@
 //! 7.49 ms (the `f32` backward) to 3.92 at S = 2048, 0.71× PyTorch fp32's time.
 //!
 //! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
-//! value's 32, 64 or 128 ([`accumulates`]); for the backward, 32, 64 or 128 — so that the
+//! value's 32, 64 or 128 ([`crate::flash::variant::tc_takes_shape`]); for the backward, 32, 64 or 128 — so that the
 //! tiles fit 48 KiB of workgroup memory and divide evenly among the subgroups. Other shapes
 //! keep the plain `f32` kernels. Skipped blocks as in the plain kernels.
 
 use super::*;
+use crate::flash::variant::{TC_COLS, TC_ROWS, TC_SIDE, TC_SUBGROUPS, tc_backward_cols};
 
 /// Queries (or keys, for dK/dV) per workgroup.
-pub const ROWS: usize = 64;
+const ROWS: usize = TC_ROWS;
 /// Keys per column block.
-const COLS: usize = 64;
+const COLS: usize = TC_COLS;
 /// Threads per workgroup: four per row.
 const THREADS: usize = 256;
 /// Threads that share a row.
 const PER_ROW: usize = THREADS / ROWS;
 /// The side of a cooperative matrix.
-const SIDE: usize = 16;
-/// Largest head dimension of the backward: past 64 it walks blocks of 32 ([`backward_cols`]),
-/// so that the row block's A operands, held in registers for the whole walk, stay one score
-/// tile per subgroup (64 registers at 128).
-const MAX_DIM: usize = 128;
-/// Largest head dimension of the forward: past [`MAX_DIM`] the key and value blocks take turns
-/// in one staged array ([`shares_staging`]).
-const MAX_FORWARD_DIM: usize = 128;
+const SIDE: usize = TC_SIDE;
 /// Workgroup memory the kernels may declare: what the H200 offers (wgpu's default limit asks
 /// for less; the artifact records the kernels' need).
 const WORKGROUP_BYTES: usize = 48 << 10;
@@ -115,12 +109,10 @@ const WORKGROUP_BYTES: usize = 48 << 10;
 /// conflict that made the products three quarters of the kernel's time at head dimension
 /// 64); 16 more bytes a row spread them over all 32 banks.
 const PAD: usize = 8;
-/// The subgroup size the kernel is written for (the runtime checks the adapter's): naga lets
-/// cooperative operations run only in uniform control flow, so each subgroup takes every
-/// [`SUBGROUPS`]-th tile in a loop of fixed trip count.
-const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as usize;
-/// Subgroups per workgroup.
-const SUBGROUPS: usize = THREADS / SUBGROUP_SIZE;
+/// Subgroups per workgroup: naga lets cooperative operations run only in uniform control flow,
+/// so each subgroup takes every [`SUBGROUPS`]-th tile in a loop of fixed trip count (the kernel
+/// is written for subgroups of 32, which the runtime checks).
+const SUBGROUPS: usize = TC_SUBGROUPS;
 /// Banks of workgroup memory, four bytes each.
 const BANKS: usize = 32;
 /// How far (in the scores' natural-log units) a block's row maximum may pass the reference of
@@ -144,41 +136,7 @@ impl Staged<'_> {
     }
 }
 
-/// Whether the kernel has a tensor-core form: the forward with head dimensions multiples of 16
-/// up to [`MAX_FORWARD_DIM`] and the value's 32, 64 or 128 (so that each pass of `P·V` has a
-/// whole number of tiles per subgroup); the split backward kernels where [`backward_takes`];
-/// not the whole backward.
-pub fn takes(k: &Flash) -> bool {
-    takes_shape(k.spec.kind, k.d, k.dv)
-}
-
-/// Whether a flash kernel of `kind` with head dimensions `d`, `dv` runs in its tensor-core
-/// form under [`crate::Options::tensor_cores`] = `tensor_cores`: the one decision that codegen
-/// (which writes the form), lowering (which gives the backward forms their `dO` maxima) and the
-/// cost model (which prices the form) share.
-pub fn runs(tensor_cores: bool, kind: FlashKind, d: usize, dv: usize) -> bool {
-    tensor_cores && takes_shape(kind, d, dv)
-}
-
-/// [`takes`] for a kernel of `kind` with head dimensions `d` (queries, keys) and `dv` (values).
-pub fn takes_shape(kind: FlashKind, d: usize, dv: usize) -> bool {
-    match kind {
-        FlashKind::Forward => {
-            d.is_multiple_of(SIDE) && d <= MAX_FORWARD_DIM && accumulates(dv, MAX_FORWARD_DIM)
-        }
-        FlashKind::BackwardDq | FlashKind::BackwardDkDv => backward_takes(d, dv),
-        FlashKind::Backward => false,
-    }
-}
-
-/// Whether a product `width` columns wide (up to `most`) can stay in cooperative accumulators:
-/// 32, 64 or 128, so that a row of its tiles divides the subgroups and eight tiles, one per
-/// subgroup, cover whole rows on their way through `ss` ([`Body::through_ss`]).
-fn accumulates(width: usize, most: usize) -> bool {
-    width.is_multiple_of(2 * SIDE) && width <= most && SUBGROUPS.is_multiple_of(width / SIDE)
-}
-
-/// Writes the kernel `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
+/// Writes the kernel `k` (whose variant is [`Form::TensorCores`]) on tensor cores; returns the body, the grid and
 /// the workgroup memory in bytes.
 pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     match k.spec.kind {
@@ -331,10 +289,9 @@ fn forward_arrays(d: usize, dv: usize) -> Vec<(Staged<'static>, usize)> {
     }
 }
 
-/// Writes the forward of `k` ([`takes`] holds) on tensor cores; returns the body, the grid and
+/// Writes the forward of `k` on tensor cores; returns the body, the grid and
 /// the workgroup memory in bytes.
 fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
-    debug_assert!(takes(k));
     e.cooperative_matrices();
     let (d, dv) = (k.d, k.dv);
     let nb = k.batch.len();
@@ -355,8 +312,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     } else {
         Staged { array: "ps", ..ka }
     };
-    let blocks = k.sq.div_ceil(ROWS);
-    let grid = launch(e, &mut s, k, ROWS, blocks);
+    let grid = launch(e, &mut s, k);
     writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
@@ -555,30 +511,13 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     (s, grid, bytes)
 }
 
-/// Whether the split backward kernels (dQ, dK/dV) of head dimensions `d`, `dv` have
-/// tensor-core forms: both 32, 64 or 128 (up to [`MAX_DIM`]), so that a row of an
-/// accumulated product's tiles divides the subgroups, and eight tiles, one per subgroup, cover
-/// whole rows on their way out through `ss`. Where they do, the optimizer keeps the backward
-/// split ([`crate::flash::FlashSpec::merges`]).
-pub fn backward_takes(d: usize, dv: usize) -> bool {
-    [d, dv].iter().all(|&w| accumulates(w, MAX_DIM))
-}
-
-/// Keys (queries, for dK/dV) per walked block of the backward of head dimensions `d`, `dv`:
-/// 64 up to head dimension 64; past it 32, so that each subgroup keeps one score tile and
-/// with it one row of A operands (16 × 16 × 2 per 16 of the head) in registers, and the two
-/// walked blocks fit workgroup memory.
-fn backward_cols(d: usize, dv: usize) -> usize {
-    if d.max(dv) <= COLS { COLS } else { COLS / 2 }
-}
-
 /// The backward's staged blocks `x1` (head dimension `d`) and `x2` (`dv`), each in its own
 /// array (one array for both, with the second at an offset, cost the H200's driver 9% at
 /// head dimension 64), with the halves of the arrays. The row block's operands, 64 rows each,
 /// go through them first: side by side where the walked blocks are as long, else in turn
 /// through `x1`, which is then as large as either.
 fn backward_arrays(d: usize, dv: usize) -> ([(Staged<'static>, usize); 2], bool) {
-    let cols = backward_cols(d, dv);
+    let cols = tc_backward_cols(d, dv);
     let (s1, s2) = (d + PAD, dv + PAD);
     let side_by_side = cols >= ROWS;
     let x1 = Staged {
@@ -599,7 +538,7 @@ fn backward_arrays(d: usize, dv: usize) -> ([(Staged<'static>, usize); 2], bool)
     ([(x1, x1_halves), (x2, cols * s2)], side_by_side)
 }
 
-/// Writes the dQ or dK/dV kernel of `k` ([`takes`] holds) on tensor cores. Rows are queries
+/// Writes the dQ or dK/dV kernel of `k` on tensor cores. Rows are queries
 /// (dQ) or keys (dK/dV), 64 a workgroup; the walk takes the other side in blocks of
 /// [`backward_cols`]. The row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into
 /// registers as A operands; per block the other side's (`K`, `V` or `Q`, `dO`) are staged as
@@ -610,10 +549,9 @@ fn backward_arrays(d: usize, dv: usize) -> ([(Staged<'static>, usize); 2], bool)
 /// the tile being transposed) stay in cooperative accumulators for the whole walk and reach
 /// the outputs through `ss` at the end.
 pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
-    debug_assert!(takes(k));
     e.cooperative_matrices();
     let (d, dv) = (k.d, k.dv);
-    let cols = backward_cols(d, dv);
+    let cols = tc_backward_cols(d, dv);
     let nb = k.batch.len();
     let by_keys = k.spec.kind == FlashKind::BackwardDkDv;
     let (mut s, fixed) = score_functions(e, k);
@@ -621,8 +559,7 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let consts = [(x1.stride_name, x1.stride), (x2.stride_name, x2.stride)];
     let (ps, bytes) = header(&mut s, &consts, &[(x1.array, n1), (x2.array, n2)], cols);
     let (rows_len, cols_len) = if by_keys { ("SK", "SQ") } else { ("SQ", "SK") };
-    let blocks = if by_keys { k.sk } else { k.sq }.div_ceil(ROWS);
-    let grid = launch(e, &mut s, k, ROWS, blocks);
+    let grid = launch(e, &mut s, k);
     writeln!(s, "    let row0 = blk * {ROWS}u;").unwrap();
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
@@ -889,7 +826,7 @@ fn header(
     writeln!(
         s,
         "    let me = sg_id * sg_size + sg_lane;\n    let r = me / {PER_ROW}u;\n    let h = me % {PER_ROW}u;\n    let rot = {spread}u * (r % {}u) + h / {quarters}u;",
-        SUBGROUP_SIZE / PER_ROW,
+        sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as usize / PER_ROW,
     )
     .unwrap();
     let halves: usize = arrays.iter().map(|a| a.1).sum();
@@ -1234,6 +1171,8 @@ impl Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flash::variant::{TC_MAX_FORWARD_DIM, tc_takes_shape};
+    const SUBGROUP_SIZE: usize = sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE as usize;
 
     /// Every head dimension the forms take fits the H200's 48 KiB of workgroup memory, every
     /// array stays a multiple of 16 bytes (so each starts on a 16-byte boundary), and so does
@@ -1254,17 +1193,17 @@ mod tests {
             }
         };
         let (mut forwards, mut backwards) = (0, 0);
-        for d in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
-            for dv in (SIDE..=MAX_FORWARD_DIM).step_by(SIDE) {
+        for d in (SIDE..=TC_MAX_FORWARD_DIM).step_by(SIDE) {
+            for dv in (SIDE..=TC_MAX_FORWARD_DIM).step_by(SIDE) {
                 let what = format!("d {d} dv {dv}");
-                if takes_shape(FlashKind::Forward, d, dv) {
+                if tc_takes_shape(FlashKind::Forward, d, dv) {
                     forwards += 1;
                     let arrays: Vec<usize> = forward_arrays(d, dv).iter().map(|a| a.1).collect();
                     check(&arrays, COLS, &what);
                 }
-                if takes_shape(FlashKind::BackwardDq, d, dv) {
+                if tc_takes_shape(FlashKind::BackwardDq, d, dv) {
                     backwards += 1;
-                    let cols = backward_cols(d, dv);
+                    let cols = tc_backward_cols(d, dv);
                     let ([(_, n1), (_, n2)], side_by_side) = backward_arrays(d, dv);
                     check(&[n1, n2], cols, &what);
                     // the row block's operands fit, side by side or in turn through `x1`
@@ -1282,13 +1221,16 @@ mod tests {
         }
         // d: 16, 32, ..., 128; dv: 32, 64, 128; the backward's 32, 64, 128 both
         assert_eq!((forwards, backwards), (8 * 3, 3 * 3));
-        assert!(!takes_shape(FlashKind::BackwardDq, 96, 96));
-        assert!(takes_shape(FlashKind::Forward, 128, 128));
+        assert!(!tc_takes_shape(FlashKind::BackwardDq, 96, 96));
+        assert!(tc_takes_shape(FlashKind::Forward, 128, 128));
         assert!(shares_staging(128, 128) && !shares_staging(64, 64));
-        assert!(!takes_shape(FlashKind::Forward, 64, 96));
-        assert!(takes_shape(FlashKind::BackwardDq, 128, 128));
-        assert!(!takes_shape(FlashKind::BackwardDkDv, 128, 48));
-        assert_eq!((backward_cols(64, 64), backward_cols(64, 128)), (64, 32));
+        assert!(!tc_takes_shape(FlashKind::Forward, 64, 96));
+        assert!(tc_takes_shape(FlashKind::BackwardDq, 128, 128));
+        assert!(!tc_takes_shape(FlashKind::BackwardDkDv, 128, 48));
+        assert_eq!(
+            (tc_backward_cols(64, 64), tc_backward_cols(64, 128)),
+            (64, 32)
+        );
     }
 
     /// At every walked-block width, a subgroup's 32 lanes read `ss` from 32 distinct banks at
@@ -1317,7 +1259,7 @@ mod tests {
     /// row's length in 16-byte units is odd), so a cooperative load's 8 rows never collide.
     #[test]
     fn padded_rows_spread_over_the_banks() {
-        for width in (SIDE..=MAX_FORWARD_DIM)
+        for width in (SIDE..=TC_MAX_FORWARD_DIM)
             .step_by(SIDE)
             .chain([COLS, COLS / 2])
         {

@@ -1,7 +1,7 @@
 //! WGSL for flash attention (see [`crate::flash`]): the forward, the key-block backward (dK,
 //! dV) and the query-block backward (dQ), tiled so that no `[Sq, Sk]` value reaches memory.
 //!
-//! **Tiling** ([`Tiling`], chosen by [`crate::Options::flash_tile`]). A workgroup of
+//! **Tiling** ([`Tiling`], the kernel's variant: [`crate::flash::variant`]). A workgroup of
 //! `TX · TY` threads, a grid `(tx, ty)`, owns a block of `BR` "rows" (queries for the forward
 //! and dQ, keys for dK/dV) and walks the "columns" (the other side) in blocks of `BC`. Thread
 //! `(tx, ty)` holds the `RA × CB` score micro-tile of rows `ty + TY·a` and columns
@@ -45,9 +45,9 @@
 //! its corner's coordinates, which the shader compiler hoists, and skip the ragged-edge tests
 //! (3–4% of a causal forward + backward on the H200).
 //!
-//! **Tensor cores.** With [`crate::Options::tensor_cores`], the forward's and the split
-//! backward's products run as cooperative matrices of `f16` operands where the head
-//! dimensions allow ([`coop`]); the whole backward and other shapes keep the `f32` forms here.
+//! **Tensor cores.** A kernel whose variant is [`Form::TensorCores`] runs its products as
+//! cooperative matrices of `f16` operands ([`coop`]); the whole backward and other shapes keep
+//! the `f32` forms here.
 //!
 //! **Limits.** Any sequence lengths (ragged blocks are masked), head dimensions up to 256 (the
 //! accumulators are registers), batch axes with broadcasting. An invocation runs
@@ -60,7 +60,8 @@ use sinter_ir::{DType, Op};
 
 use super::fused::{FusedKernel, emit_elementwise_fn};
 use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, decompose};
-use crate::flash::{FlashKind, LaunchOrder, group_works, live_per_row_block};
+use crate::flash::FlashKind;
+use crate::flash::variant::{Form, LaunchOrder, MAX_HEAD_DIM, Tiling};
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::layout::View;
@@ -69,180 +70,10 @@ pub mod coop;
 
 /// Words per `vec4<f32>` quad.
 const QUAD: usize = 4;
-/// Largest head dimension (the accumulators live in registers).
-pub const MAX_HEAD_DIM: usize = 256;
 /// Workgroup memory, in quads: the 32 KiB a browser grants.
 const SHARED_QUADS: usize = 2048;
 /// Quads of one column-product stage buffer.
 const X_SLOT: usize = 256;
-
-/// The blocking of the flash kernels (see the module docs): `rows` (`BR`) per workgroup,
-/// `cols` (`BC`) per column block, a `threads_x × threads_y` (`TX × TY`) thread grid,
-/// head-dimension chunks of `chunk` (`DC`) words per product stage, and the tile published in
-/// `parts` column parts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tiling {
-    pub rows: usize,
-    pub cols: usize,
-    pub threads_x: usize,
-    pub threads_y: usize,
-    pub chunk: usize,
-    pub parts: usize,
-}
-
-impl Tiling {
-    /// 64 × 64 blocks, 256 threads, a 4 × 4 micro-tile: the first tiling, and the one a kernel
-    /// falls back to when another's accumulators pass the register budget.
-    pub const A: Tiling = Tiling {
-        rows: 64,
-        cols: 64,
-        threads_x: 16,
-        threads_y: 16,
-        chunk: 16,
-        parts: 1,
-    };
-    /// 128 rows × 64 columns, 256 threads, 8 × 4: each staged key/value chunk serves twice the
-    /// rows; the 128 × 64 tile is published in two halves. The default: on the H200, S = 4096,
-    /// head dim 64, forward + backward 51.2 ms with A, 40.6 with B, 53.9 with C, 50.1 with D.
-    pub const B: Tiling = Tiling {
-        rows: 128,
-        cols: 64,
-        threads_x: 16,
-        threads_y: 16,
-        chunk: 16,
-        parts: 2,
-    };
-    /// The tiling [`crate::Options`] uses unless told otherwise, and the one the cost model
-    /// plans for.
-    pub const DEFAULT: Tiling = Tiling::B;
-    /// 64 × 64 blocks, 128 threads (8 across the columns, 16 across the rows), 4 × 8.
-    pub const C: Tiling = Tiling {
-        rows: 64,
-        cols: 64,
-        threads_x: 8,
-        threads_y: 16,
-        chunk: 16,
-        parts: 1,
-    };
-    /// 128 rows × 64 columns, 128 threads (8 × 16), 8 × 8 like the best matmul; its
-    /// accumulators fit the register budgets only in the forward (heads up to 96), dQ and
-    /// dK/dV (both up to 32).
-    pub const D: Tiling = Tiling {
-        rows: 128,
-        cols: 64,
-        threads_x: 8,
-        threads_y: 16,
-        chunk: 16,
-        parts: 2,
-    };
-    /// The tilings by the names `SINTER_FLASH_TILE` takes.
-    pub const NAMED: [(&'static str, Tiling); 4] = [
-        ("a", Tiling::A),
-        ("b", Tiling::B),
-        ("c", Tiling::C),
-        ("d", Tiling::D),
-    ];
-
-    /// The tiling called `name` in [`Tiling::NAMED`].
-    pub fn named(name: &str) -> Option<Tiling> {
-        Tiling::NAMED
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
-            .map(|&(_, t)| t)
-    }
-
-    fn threads(&self) -> usize {
-        self.threads_x * self.threads_y
-    }
-
-    /// Rows per thread (`RA`).
-    fn ra(&self) -> usize {
-        self.rows / self.threads_y
-    }
-
-    /// Columns per thread (`CB`).
-    fn cb(&self) -> usize {
-        self.cols / self.threads_x
-    }
-
-    /// Score quads per row of a thread.
-    fn cg(&self) -> usize {
-        self.cb() / QUAD
-    }
-
-    /// Quads per row of an accumulator over `width` columns.
-    fn nq(&self, width: usize) -> usize {
-        width.div_ceil(QUAD * self.threads_x).max(1)
-    }
-
-    /// Floats a thread keeps as accumulators in a kernel of `kind` with head dimensions `d`
-    /// (queries, keys) and `dv` (values): score tiles and output rows.
-    fn registers(&self, kind: FlashKind, d: usize, dv: usize) -> usize {
-        let tile = self.ra() * self.cb();
-        let out = |w: usize| self.ra() * QUAD * self.nq(w);
-        match kind {
-            FlashKind::Forward => tile + out(dv),
-            FlashKind::BackwardDq => 2 * tile + out(d),
-            FlashKind::BackwardDkDv => 2 * tile + out(d) + out(dv),
-            // and the dQ share of a column block: its columns' rows over the head dim
-            FlashKind::Backward => {
-                2 * tile + out(d) + out(dv) + self.cols / self.threads_y * QUAD * self.nq(d)
-            }
-        }
-    }
-
-    /// This tiling for a kernel, or [`Tiling::A`] where its accumulators would pass the
-    /// kernel's [`register_budget`].
-    pub fn for_kernel(self, kind: FlashKind, d: usize, dv: usize) -> Tiling {
-        if self.registers(kind, d, dv) <= register_budget(kind) {
-            self
-        } else {
-            Tiling::A
-        }
-    }
-}
-
-/// Accumulator floats per thread that a kernel of `kind` may keep before its tiling falls back
-/// to [`Tiling::A`]: what A needs at the widest head in the dK/dV kernel (160), and in the
-/// dK/dV kernel the 192 that B needs at head dim 128. Measured on the H200 (BENCHMARKS.md,
-/// "Flash tilings"): B's dK/dV at head dim 128 took 32.9 ms against A's 37.7 at S = 4096, and
-/// 18.2 against 19.9 causal; B's dQ at head dim 256 (also 192 floats) was slower than A's
-/// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160. The whole backward may
-/// keep B at head dim 128 too (224 floats): it measured 63.7 ms against the two kernels' 74.7 at
-/// S = 4096 (34.6 against 41.6 causal).
-fn register_budget(kind: FlashKind) -> usize {
-    match kind {
-        FlashKind::BackwardDkDv => Tiling::B.registers(kind, 128, 128),
-        FlashKind::Backward => Tiling::B.registers(kind, 128, 128),
-        FlashKind::Forward | FlashKind::BackwardDq => {
-            Tiling::A.registers(FlashKind::BackwardDkDv, MAX_HEAD_DIM, MAX_HEAD_DIM)
-        }
-    }
-}
-
-/// Whether a dQ and a dK/dV kernel of head dims `d`, `dv` are better made one
-/// ([`FlashKind::Backward`]): where that kernel keeps `tiling` itself within its register
-/// budget (head dims up to 128 with [`Tiling::B`]). Measured on the H200 at head dims 64 and
-/// 128 (BENCHMARKS.md, "The whole backward in one kernel"), the merged kernel was 12–23%
-/// faster than the two; wider heads fall back to tiling A, not measured merged.
-pub fn merges_backward(tiling: Tiling, d: usize, dv: usize) -> bool {
-    tiling.for_kernel(FlashKind::Backward, d, dv) == tiling
-}
-
-/// Most bytes the whole backward's `dQ` partial sums take.
-const DQ_PARTIAL_BYTES: u64 = 1 << 30;
-
-/// How many groups the whole backward ([`FlashKind::Backward`]) splits `key_blocks` key
-/// blocks into, one workgroup per group and batch entry, each with its own `dQ` partial sum of
-/// `dq_bytes`: as many as the partials' budget (1 GiB, and one binding) allows, up to one
-/// block each, then evened out so that every group walks the same number of blocks or one
-/// fewer.
-pub fn dq_groups(key_blocks: usize, dq_bytes: u64, max_binding: u64) -> usize {
-    let room = DQ_PARTIAL_BYTES.min(max_binding) / dq_bytes.max(1);
-    let most = (room as usize).clamp(1, key_blocks.max(1));
-    let walk = key_blocks.max(1).div_ceil(most);
-    key_blocks.max(1).div_ceil(walk)
-}
 
 /// Where things live in workgroup memory, in quads. Product stages: two buffers of `p_slot`,
 /// each the `BR` rows of `A` then the `BC` of `B`, rows of `DC` words padded to `p_row` quads.
@@ -405,30 +236,19 @@ fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat
     }
 }
 
-/// Writes the flash kernel `k` with `tiling`, or, where `tensor_cores` and the kernel has such
-/// a form ([`coop::runs`]), its tensor-core form; returns the body, the grid and the workgroup
-/// memory in bytes.
-pub fn emit(
-    e: &mut Emitter,
-    k: &Flash,
-    tiling: Tiling,
-    tensor_cores: bool,
-) -> (String, [u32; 3], u32) {
+/// Writes the flash kernel `k` in its variant's form; returns the body, the grid and the
+/// workgroup memory in bytes.
+pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     // Workgroup and register arrays are indexed by tile coordinates within their sizes; global
     // reads clamp their rows and columns (`min(.., len - 1)`) and writes are masked to the
     // extents, so naga's clamps are redundant (they cost these kernels 12%).
     e.indices_in_range();
-    if coop::runs(tensor_cores, k.spec.kind, k.d, k.dv) {
-        return coop::emit(e, k);
-    }
-    let t = tiling.for_kernel(k.spec.kind, k.d, k.dv);
+    let t = match k.variant.form {
+        Form::TensorCores => return coop::emit(e, k),
+        Form::Plain(t) => t,
+    };
     let lay = Layout::of(&t);
     let nb = k.batch.len();
-    let blocks = match k.spec.kind {
-        FlashKind::Forward | FlashKind::BackwardDq => k.sq.div_ceil(t.rows),
-        FlashKind::BackwardDkDv => k.sk.div_ceil(t.rows),
-        FlashKind::Backward => k.dq_groups,
-    };
     if k.d > MAX_HEAD_DIM || k.dv > MAX_HEAD_DIM {
         e.refuse(
             "flash attention",
@@ -460,7 +280,7 @@ pub fn emit(
         lay.p_b
     )
     .unwrap();
-    let grid = launch(e, &mut s, k, t.rows, blocks);
+    let grid = launch(e, &mut s, k);
     if k.spec.kind != FlashKind::Backward {
         writeln!(s, "    let row0 = blk * {}u;", t.rows).unwrap();
     }
@@ -510,7 +330,7 @@ pub fn emit(
                         base: "dqp".to_string(),
                         ..Mat::new(e, &k.outputs[2], nb)
                     };
-                    let groups = e.param(k.dq_groups);
+                    let groups = e.param(k.variant.blocks);
                     cx.backward_dkdv(&ops, &outs[..2], Some((&dq, &groups)), k)
                 }
                 _ => cx.backward_dkdv(&ops, &outs, None, k),
@@ -520,7 +340,7 @@ pub fn emit(
     // the column-block loop and, per block, the stage loops
     let trips = blocks_of_columns(k, &t) as u64;
     let walk = match k.spec.kind {
-        FlashKind::Backward => k.sk.div_ceil(t.rows).div_ceil(k.dq_groups) as u64,
+        FlashKind::Backward => k.sk.div_ceil(t.rows).div_ceil(k.variant.blocks) as u64,
         _ => 1,
     };
     e.loop_trips(walk * trips * (1 + cx.stages));
@@ -574,9 +394,10 @@ fn score_functions(e: &mut Emitter, k: &Flash) -> (String, Option<Vec<String>>) 
 }
 
 /// Writes the batch coordinates `b0..`, `SQ`, `SK` and the workgroup's block (or group of key
-/// blocks) `blk` of the `blocks` whose rows are `rows` long, in the launch order of the work
-/// each does; returns the grid. Refuses a grid past [`MAX_GROUPS`] on either axis.
-fn launch(e: &mut Emitter, s: &mut String, k: &Flash, rows: usize, blocks: usize) -> [u32; 3] {
+/// blocks) `blk` of the variant's blocks, in its launch order; returns the grid. Refuses a grid
+/// past [`MAX_GROUPS`] on either axis.
+fn launch(e: &mut Emitter, s: &mut String, k: &Flash) -> [u32; 3] {
+    let blocks = k.variant.blocks;
     let batch: usize = k.batch.iter().product();
     if batch > MAX_GROUPS as usize || blocks > MAX_GROUPS as usize {
         e.refuse(
@@ -587,12 +408,7 @@ fn launch(e: &mut Emitter, s: &mut String, k: &Flash, rows: usize, blocks: usize
         );
     }
     let dims = e.params(&k.batch);
-    let by_keys = matches!(k.spec.kind, FlashKind::BackwardDkDv | FlashKind::Backward);
-    let per_block = live_per_row_block(&k.spec.score, rows, by_keys);
-    let order = match k.spec.kind {
-        FlashKind::Backward => LaunchOrder::of(&group_works(&per_block, blocks), batch),
-        _ => LaunchOrder::of(&per_block, batch),
-    };
+    let order = k.variant.launch;
     let (bi, blk) = if order.batch_fastest() {
         ("wid.x", "wid.y")
     } else {
@@ -1940,6 +1756,7 @@ fn interval_fn(p: &Program, nb: usize, name: &str, verdict: Verdict) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flash::variant::register_budget;
     use crate::fused::{Output, broadcast_access};
 
     /// A score program over `[2, 64, 64]` (`x` operand 0): `insts` after `Load(0)`, `Coord(1)`

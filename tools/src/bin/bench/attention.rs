@@ -33,17 +33,22 @@ pub enum Policy {
 }
 
 impl Policy {
-    fn options(self) -> sinter_compiler::Options {
+    fn options(self, max_binding: Option<u64>) -> sinter_compiler::Options {
         let attention = match self {
             Policy::Flash | Policy::FlashTc | Policy::FlashSplit => Attention::Flash,
             Policy::Unfused => Attention::Unfused,
             Policy::Auto | Policy::AutoTc | Policy::NoOpt => Attention::Auto,
         };
+        let tensor_cores = matches!(self, Policy::FlashTc | Policy::AutoTc);
         sinter_compiler::Options {
+            target: super::bench_target(max_binding, tensor_cores),
             attention: AttentionPolicy::from(attention),
             optimize: self != Policy::NoOpt,
-            merge_flash_backward: self != Policy::FlashSplit,
-            tensor_cores: matches!(self, Policy::FlashTc | Policy::AutoTc),
+            flash: sinter_compiler::flash::variant::Choices {
+                tensor_cores,
+                merge_backward: self != Policy::FlashSplit,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -140,10 +145,7 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
         let mut reference: Option<Vec<Vec<f32>>> = None;
         for &policy in &args.policies {
             let name = policy.name();
-            let mut options = policy.options();
-            if let Some(bytes) = args.max_binding {
-                options.max_binding_size = bytes;
-            }
+            let options = policy.options(args.max_binding);
             let mut fields = vec![
                 ("bench", Json::Str("attention".into())),
                 (

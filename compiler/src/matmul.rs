@@ -1,0 +1,406 @@
+//! A matmul's variant: the block shape and the split of K it runs with, chosen once per product
+//! by [`choose`] from the target's measured block-shape rates ([`crate::target::MatmulRate`]),
+//! stored in the kernel plan ([`crate::kernel::Matmul::tile`], the split as lowering's
+//! batched product of K chunks), and only read by codegen (`codegen/matmul.rs`).
+//!
+//! The model: each block of the output is one workgroup; blocks spread evenly over the SMs, an
+//! SM running up to `resident` at once at the throughput its occupancy curve gives for that
+//! many; the busiest SM sets the time. A shape whose blocks do not fill the SMs takes smaller
+//! blocks, or splits a long K into chunks whose partial products a second pass sums.
+
+use serde::{Deserialize, Serialize};
+use sinter_ir::artifact::WORD_BYTES;
+
+use crate::target::{MatmulRate, Target};
+
+/// Threads of every matmul workgroup.
+const THREADS: u32 = crate::codegen::WORKGROUP;
+
+/// Words of padding after each `k` row of a staged slab whose operand has `k` as its unit
+/// stride (at most; scalar tiles pad one word, quad tiles one quad). Staging then writes
+/// consecutive threads' `k` to rows `BM + PAD` words apart, spreading them over the 32 banks
+/// instead of all landing in one (an 8-way conflict for `BK = 8` without it).
+pub const PAD: u32 = 4;
+
+/// Most bytes of workgroup memory the staged slabs of a block take.
+const STAGING_BYTES: u32 = 16 << 10;
+
+/// Block shape of a matmul kernel; `(bm / tm) * (bn / tn)` is always 256 threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+impl Tile {
+    /// 128 × 128 blocks, slabs 8 deep, 8 × 8 per thread. Measured on the H200 at 4096: BK = 8
+    /// reached 31.0 TFLOP/s, BK = 16 21.5 (its larger staging registers cost occupancy).
+    pub const LARGE: Tile = Tile {
+        bm: 128,
+        bn: 128,
+        bk: 8,
+        tm: 8,
+        tn: 8,
+    };
+    pub const WIDE: Tile = Tile {
+        bm: 64,
+        bn: 128,
+        bk: 8,
+        tm: 4,
+        tn: 8,
+    };
+    /// [`Tile::WIDE`] with slabs twice as deep (half the barriers per product): faster wherever
+    /// `b`'s unit stride is along n, slower where `b` is a transposed view (its staging walks k
+    /// across threads and transposes through workgroup memory), so [`deepen`] takes it only in
+    /// the first case.
+    pub const WIDE_DEEP: Tile = Tile {
+        bm: 64,
+        bn: 128,
+        bk: 16,
+        tm: 4,
+        tn: 8,
+    };
+    pub const MEDIUM: Tile = Tile {
+        bm: 64,
+        bn: 64,
+        bk: 16,
+        tm: 4,
+        tn: 4,
+    };
+    pub const SMALL: Tile = Tile {
+        bm: 32,
+        bn: 32,
+        bk: 32,
+        tm: 2,
+        tn: 2,
+    };
+
+    /// Parses `BMxBNxBKxTMxTN` (e.g. `128x128x16x8x8`), checking that the shape is one this
+    /// kernel can run ([`Tile::check`]).
+    pub fn parse(text: &str) -> Result<Tile, String> {
+        let parts: Vec<u32> = text
+            .split('x')
+            .map(|p| {
+                p.parse::<u32>()
+                    .map_err(|_| format!("`{p}` in `{text}` is not a number"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [bm, bn, bk, tm, tn] = parts[..] else {
+            return Err(format!("`{text}` needs five numbers: BMxBNxBKxTMxTN"));
+        };
+        let t = Tile { bm, bn, bk, tm, tn };
+        Tile::check(t)?;
+        Ok(t)
+    }
+
+    /// Whether the kernel can run this shape: 256 threads, slabs that divide evenly among them,
+    /// staged in 16 KiB.
+    pub fn check(t: Tile) -> Result<(), String> {
+        let Tile { bm, bn, bk, tm, tn } = t;
+        let fits = tm > 0
+            && tn > 0
+            && bm % tm == 0
+            && bn % tn == 0
+            && (bm / tm) * (bn / tn) == THREADS
+            && (bm * bk) % THREADS == 0
+            && (bk * bn) % THREADS == 0
+            && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= STAGING_BYTES;
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "tile `{t}` does not give 256 threads with evenly split slabs in 16 KiB"
+            ))
+        }
+    }
+}
+
+impl std::fmt::Display for Tile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}x{}x{}x{}x{}",
+            self.bm, self.bn, self.bk, self.tm, self.tn
+        )
+    }
+}
+
+/// A choice forced for every product (`sinter compile` tuning flags, tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Forced {
+    /// One block shape for every product.
+    pub tile: Option<Tile>,
+    /// The number of K chunks of every product, 1 for none; a count that does not divide K
+    /// becomes the largest one below it that does.
+    pub splits: Option<usize>,
+}
+
+/// The shape of a product: `batch` entries of `[m, k] x [k, n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// How a product runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub tile: Tile,
+    /// K chunks (split-K), 1 for none.
+    pub splits: usize,
+}
+
+/// Shortest K chunk the automatic split-K choice takes: shorter chunks measured slower than
+/// their block counts predict (per-block costs, and partials traffic).
+const MIN_CHUNK: usize = 512;
+/// Largest split-K partial buffer the automatic choice allocates, in bytes.
+const MAX_PARTIALS: usize = 64 << 20;
+/// Split counts the automatic choice considers (each must divide K).
+const SPLITS: [usize; 6] = [1, 2, 3, 4, 6, 8];
+
+/// Time, in units of one block's work at a full SM's rate, that an SM takes for `blocks`
+/// blocks: rounds of `resident` blocks, the last one possibly short (and slower per block).
+fn sm_time(rate: &MatmulRate, blocks: usize) -> f64 {
+    let (mut left, mut t) = (blocks, 0.0);
+    while left > 0 {
+        let c = left.min(rate.resident);
+        t += c as f64 / rate.occupancy[c - 1];
+        left -= c;
+    }
+    t
+}
+
+/// Estimated nanoseconds of `shape` with `rate`'s block shape and K cut into `splits` chunks:
+/// the busiest SM's blocks ([`sm_time`]; blocks spread evenly), plus the pass that sums the
+/// partials (a read of each, a write of the result).
+fn estimate(target: &Target, rate: &MatmulRate, shape: Shape, splits: usize) -> f64 {
+    let (t, r) = (rate.tile, &target.rates);
+    let Shape { batch, m, n, k } = shape;
+    let blocks = batch * splits * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    let block_flops = 2.0 * f64::from(t.bm * t.bn) * (k / splits) as f64;
+    let sm_flops_per_ns = rate.tflops * 1e3 / r.sms as f64;
+    let product = sm_time(rate, blocks.div_ceil(r.sms)) * block_flops / sm_flops_per_ns;
+    if splits == 1 {
+        return product;
+    }
+    let sum_bytes = ((splits + 1) * batch * m * n) as f64 * WORD_BYTES as f64;
+    product * rate.split_penalty + sum_bytes / r.split_sum_bytes_per_ns + r.split_sum_ns
+}
+
+/// The block shape and K split of `shape` with the least estimated time ([`estimate`]), and
+/// that time: among the target's measured block shapes not much larger than the output, and
+/// the split counts that divide K into chunks of at least [`MIN_CHUNK`] with partials of at
+/// most [`MAX_PARTIALS`] bytes (and within `max_binding`). `forced` fixes either choice.
+pub fn choose(target: &Target, shape: Shape, forced: Forced, max_binding: u64) -> (Variant, f64) {
+    let Shape { batch, m, n, k } = shape;
+    let divides = |s: usize| k.is_multiple_of(s);
+    let partials = |s: usize| s * batch * m * n * WORD_BYTES as usize;
+    let split_options: Vec<usize> = match forced.splits {
+        Some(s) => vec![(1..=s.min(k)).rev().find(|&s| divides(s)).unwrap_or(1)],
+        None => SPLITS
+            .into_iter()
+            .filter(|&s| {
+                s == 1 || (divides(s) && k / s >= MIN_CHUNK && partials(s) <= MAX_PARTIALS)
+            })
+            .collect(),
+    };
+    // partials that would not fit one binding: unsplit
+    let split_options: Vec<usize> = match split_options
+        .iter()
+        .copied()
+        .filter(|&s| s == 1 || partials(s) as u64 <= max_binding)
+        .collect::<Vec<_>>()
+    {
+        kept if kept.is_empty() => vec![1],
+        kept => kept,
+    };
+    let rates = &target.rates.matmul;
+    let fits = |t: &Tile| (t.bm as usize) <= m.max(32) && (t.bn as usize) <= n.max(32);
+    let candidates: Vec<MatmulRate> = match forced.tile {
+        Some(tile) => {
+            // the rate of the nearest measured tile, by block size
+            let like = rates
+                .iter()
+                .find(|x| x.tile.bm * x.tile.bn <= tile.bm * tile.bn)
+                .unwrap_or(&rates[rates.len() - 1]);
+            vec![MatmulRate { tile, ..*like }]
+        }
+        None => {
+            let fitting: Vec<MatmulRate> =
+                rates.iter().filter(|x| fits(&x.tile)).copied().collect();
+            if fitting.is_empty() {
+                vec![rates[rates.len() - 1]]
+            } else {
+                fitting
+            }
+        }
+    };
+    let mut best = (
+        Variant {
+            tile: candidates[0].tile,
+            splits: 1,
+        },
+        f64::INFINITY,
+    );
+    for rate in &candidates {
+        for &splits in &split_options {
+            let t = estimate(target, rate, shape, splits);
+            if t < best.1 {
+                best = (
+                    Variant {
+                        tile: rate.tile,
+                        splits,
+                    },
+                    t,
+                );
+            }
+        }
+    }
+    best
+}
+
+/// The block shape a product runs with, given [`choose`]'s `tile`: [`Tile::WIDE_DEEP`] for
+/// [`Tile::WIDE`] when `b_along_n` (`b`'s unit stride is along n, where the deeper slabs
+/// measured faster), else `tile`. The rates keep WIDE's for both.
+pub fn deepen(tile: Tile, b_along_n: bool) -> Tile {
+    if tile == Tile::WIDE && b_along_n {
+        Tile::WIDE_DEEP
+    } else {
+        tile
+    }
+}
+
+/// The variant lowering builds `shape` with: [`choose`]'s, deepened where `b_along_n` unless
+/// the tile is forced.
+pub fn variant(
+    target: &Target,
+    shape: Shape,
+    forced: Forced,
+    max_binding: u64,
+    b_along_n: bool,
+) -> Variant {
+    let (mut v, _) = choose(target, shape, forced, max_binding);
+    if forced.tile.is_none() {
+        v.tile = deepen(v.tile, b_along_n);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(m: usize, k: usize, n: usize, forced: Forced) -> (Tile, usize) {
+        let shape = Shape { batch: 1, m, n, k };
+        let (v, _) = choose(&Target::h200(), shape, forced, u64::MAX);
+        (v.tile, v.splits)
+    }
+
+    /// The GPT-2-small training step's products (forward, input and weight gradients) get the
+    /// block shape and split that measured fastest among those tried on the H200 (or within 3%;
+    /// 2048x768x3072 and 768x2048x2304 inside the step, where LARGE ran 13-16% slower than
+    /// alone, `bench/README.md`, "Block shapes inside the step").
+    #[test]
+    fn gpt2_shapes_take_their_measured_block_shapes() {
+        let cases = [
+            // (m, k, n): tile, splits
+            ((2048, 768, 2304), Tile::WIDE, 1),
+            ((2048, 768, 768), Tile::MEDIUM, 1),
+            ((2048, 768, 3072), Tile::WIDE, 1),
+            ((2048, 3072, 768), Tile::WIDE, 2),
+            ((2048, 2304, 768), Tile::WIDE, 2),
+            ((768, 2048, 768), Tile::WIDE, 4),
+            ((768, 2048, 2304), Tile::WIDE, 4),
+            ((3072, 2048, 768), Tile::WIDE, 4),
+            ((768, 2048, 3072), Tile::WIDE, 4),
+            ((4096, 4096, 4096), Tile::LARGE, 1),
+        ];
+        for ((m, k, n), tile, splits) in cases {
+            assert_eq!(
+                pick(m, k, n, Forced::default()),
+                (tile, splits),
+                "{m}x{k}x{n}"
+            );
+        }
+    }
+
+    /// A product that `choose` gives WIDE runs with the deeper slabs when `b` is read along n,
+    /// and keeps WIDE when `b` is a transposed view; other tiles and forced tiles stay.
+    #[test]
+    fn wide_products_deepen_where_b_is_read_along_n() {
+        assert_eq!(deepen(Tile::WIDE, true), Tile::WIDE_DEEP);
+        assert_eq!(deepen(Tile::WIDE, false), Tile::WIDE);
+        assert_eq!(deepen(Tile::LARGE, true), Tile::LARGE);
+        let target = Target::h200();
+        let shape = Shape {
+            batch: 1,
+            m: 2048,
+            n: 2304,
+            k: 768,
+        };
+        let free = Forced::default();
+        let wide = Forced {
+            tile: Some(Tile::WIDE),
+            splits: None,
+        };
+        assert_eq!(
+            variant(&target, shape, free, u64::MAX, true).tile,
+            Tile::WIDE_DEEP
+        );
+        assert_eq!(
+            variant(&target, shape, free, u64::MAX, false).tile,
+            Tile::WIDE
+        );
+        assert_eq!(
+            variant(&target, shape, wide, u64::MAX, true).tile,
+            Tile::WIDE
+        );
+    }
+
+    #[test]
+    fn small_outputs_take_small_blocks_and_forced_splits_divide_k() {
+        let free = Forced::default();
+        assert_eq!(pick(17, 64, 300, free), (Tile::SMALL, 1));
+        assert_eq!(pick(512, 512, 512, free), (Tile::MEDIUM, 1));
+        // a long K over few blocks is split
+        assert_eq!(pick(1, 600_000, 1, free).1, 8);
+        // forced: the largest count up to the one asked for that divides K
+        let forced = |tile, splits| Forced {
+            tile,
+            splits: Some(splits),
+        };
+        assert_eq!(
+            pick(64, 129, 64, forced(Some(Tile::LARGE), 4)),
+            (Tile::LARGE, 3)
+        );
+        assert_eq!(pick(64, 17, 64, forced(None, 4)).1, 1);
+        assert_eq!(pick(64, 17, 64, forced(None, 1)).1, 1);
+    }
+
+    /// Split partials that would pass the binding limit are not taken.
+    #[test]
+    fn splits_stay_within_one_binding() {
+        let shape = Shape {
+            batch: 1,
+            m: 1,
+            n: 1,
+            k: 600_000,
+        };
+        let target = Target::h200();
+        assert_eq!(
+            choose(&target, shape, Forced::default(), u64::MAX).0.splits,
+            8
+        );
+        assert_eq!(choose(&target, shape, Forced::default(), 8).0.splits, 2);
+        let forced = Forced {
+            tile: None,
+            splits: Some(8),
+        };
+        assert_eq!(choose(&target, shape, forced, 4).0.splits, 1);
+    }
+}
