@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 
-use sinter_ir::ValueId;
+use crate::kgraph::KValueId;
 
 use crate::codegen::fused::{FusedKernel, space_strides};
 use crate::fused::Axis;
@@ -34,8 +34,8 @@ use crate::layout::{BufferId, View};
 use crate::schedule::{BufferKind, Schedule};
 
 /// Writes every assign's source over its target where the module docs allow (recording the
-/// target in [`Schedule::updated_in_place`]).
-pub fn update_in_place(sched: &mut Schedule) {
+/// target in [`Schedule::updated_in_place`]); returns how many.
+pub fn update_in_place(sched: &mut Schedule) -> usize {
     let n = sched.buffers.len();
     // per buffer: the steps that read it and the steps that write it
     let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -58,7 +58,7 @@ pub fn update_in_place(sched: &mut Schedule) {
         read_at_end[view.buffer.0 as usize] = true;
         sources[view.buffer.0 as usize] += 1;
     }
-    let persistent: HashMap<ValueId, BufferId> = (0..n)
+    let persistent: HashMap<KValueId, BufferId> = (0..n)
         .filter_map(|b| match sched.buffers[b].kind {
             BufferKind::Persistent(v) => Some((v, BufferId(b as u32))),
             _ => None,
@@ -95,7 +95,7 @@ pub fn update_in_place(sched: &mut Schedule) {
     }
     sched.assigns = kept;
     if aliases.is_empty() {
-        return;
+        return 0;
     }
     // the aliased buffers go; the others keep their order, renumbered
     let mut alias_of: Vec<Option<BufferId>> = vec![None; n];
@@ -131,6 +131,7 @@ pub fn update_in_place(sched: &mut Schedule) {
     for (_, v) in &mut sched.assigns {
         redirect(v);
     }
+    aliases.len()
 }
 
 /// Whether fused kernel `k` writes buffer `source` whole, one element per point of the space

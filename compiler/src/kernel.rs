@@ -170,6 +170,80 @@ pub struct Gather {
     pub out: View,
 }
 
+/// What a kernel is, by the shape of its work: the name `sinter inspect` lists as its pattern
+/// and kernel names end with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pattern {
+    /// A fused program without reduction.
+    Elementwise,
+    /// A fused program whose outputs are one value per row.
+    Reduce,
+    /// A fused program with outputs over the reduced axes too (softmax).
+    RowMap,
+    Matmul,
+    MatmulEpilogue,
+    /// The second pass of a split-K matmul.
+    SplitKSum,
+    SplitKSumEpilogue,
+    /// The sum of the whole flash backward's `dQ` partial sums.
+    FlashDqSum,
+    Conv2d,
+    Conv2dEpilogue,
+    MaxPool2d,
+    AvgPool2d,
+    Gather,
+    Conv2dGradWeight,
+    Conv2dGradInput,
+    MaxPool2dGrad,
+    AvgPool2dGrad,
+    ScatterAdd,
+    SliceGrad,
+    FlashForward,
+    FlashBackwardDkDv,
+    FlashBackwardDq,
+    /// The whole flash backward in one kernel.
+    FlashBackward,
+    /// The tensor-core flash backward's `dO` maxima.
+    FlashGradientScale,
+}
+
+impl Pattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Elementwise => "elementwise",
+            Pattern::Reduce => "reduce",
+            Pattern::RowMap => "row_map",
+            Pattern::Matmul => "matmul",
+            Pattern::MatmulEpilogue => "matmul_epilogue",
+            Pattern::SplitKSum => "splitk_sum",
+            Pattern::SplitKSumEpilogue => "splitk_sum_epilogue",
+            Pattern::FlashDqSum => "flash_dq_sum",
+            Pattern::Conv2d => "conv2d",
+            Pattern::Conv2dEpilogue => "conv2d_epilogue",
+            Pattern::MaxPool2d => "max_pool2d",
+            Pattern::AvgPool2d => "avg_pool2d",
+            Pattern::Gather => "gather",
+            Pattern::Conv2dGradWeight => "conv2d_grad_weight",
+            Pattern::Conv2dGradInput => "conv2d_grad_input",
+            Pattern::MaxPool2dGrad => "max_pool2d_grad",
+            Pattern::AvgPool2dGrad => "avg_pool2d_grad",
+            Pattern::ScatterAdd => "scatter_add",
+            Pattern::SliceGrad => "slice_grad",
+            Pattern::FlashForward => "flash_attention_fwd",
+            Pattern::FlashBackwardDkDv => "flash_attention_bwd_dkdv",
+            Pattern::FlashBackwardDq => "flash_attention_bwd_dq",
+            Pattern::FlashBackward => "flash_attention_bwd",
+            Pattern::FlashGradientScale => "flash_attention_bwd_scale",
+        }
+    }
+}
+
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelPlan {
     /// A fused kernel program (elementwise maps, reductions, row kernels).
@@ -188,43 +262,28 @@ pub enum KernelPlan {
 }
 
 impl KernelPlan {
-    /// The name of the pattern (`sinter inspect --json`'s `pattern`).
-    pub fn pattern(&self) -> &'static str {
+    /// What the kernel is (`sinter inspect --json`'s `pattern`).
+    pub fn pattern(&self) -> Pattern {
         match self {
             KernelPlan::Fused(f) => f.program.pattern(),
-            KernelPlan::Matmul(m) if m.epilogue.is_some() => "matmul_epilogue",
-            KernelPlan::Matmul(_) => "matmul",
-            KernelPlan::SplitSum(s) if s.epilogue.is_some() => "splitk_sum_epilogue",
-            KernelPlan::SplitSum(s) if s.flash_dq => "flash_dq_sum",
-            KernelPlan::SplitSum(_) => "splitk_sum",
-            KernelPlan::Conv2d(c) if c.epilogue.is_some() => "conv2d_epilogue",
-            KernelPlan::Conv2d(_) => "conv2d",
-            KernelPlan::Pool2d(p) => {
-                if p.max {
-                    "max_pool2d"
-                } else {
-                    "avg_pool2d"
-                }
-            }
-            KernelPlan::Gather(_) => "gather",
-            KernelPlan::Conv2dGrad(c) => {
-                if c.wrt_weight {
-                    "conv2d_grad_weight"
-                } else {
-                    "conv2d_grad_input"
-                }
-            }
-            KernelPlan::Pool2dGrad(p) => {
-                if p.x.is_some() {
-                    "max_pool2d_grad"
-                } else {
-                    "avg_pool2d_grad"
-                }
-            }
-            KernelPlan::ScatterAdd(_) => "scatter_add",
+            KernelPlan::Matmul(m) if m.epilogue.is_some() => Pattern::MatmulEpilogue,
+            KernelPlan::Matmul(_) => Pattern::Matmul,
+            KernelPlan::SplitSum(s) if s.epilogue.is_some() => Pattern::SplitKSumEpilogue,
+            KernelPlan::SplitSum(s) if s.flash_dq => Pattern::FlashDqSum,
+            KernelPlan::SplitSum(_) => Pattern::SplitKSum,
+            KernelPlan::Conv2d(c) if c.epilogue.is_some() => Pattern::Conv2dEpilogue,
+            KernelPlan::Conv2d(_) => Pattern::Conv2d,
+            KernelPlan::Pool2d(p) if p.max => Pattern::MaxPool2d,
+            KernelPlan::Pool2d(_) => Pattern::AvgPool2d,
+            KernelPlan::Gather(_) => Pattern::Gather,
+            KernelPlan::Conv2dGrad(c) if c.wrt_weight => Pattern::Conv2dGradWeight,
+            KernelPlan::Conv2dGrad(_) => Pattern::Conv2dGradInput,
+            KernelPlan::Pool2dGrad(p) if p.x.is_some() => Pattern::MaxPool2dGrad,
+            KernelPlan::Pool2dGrad(_) => Pattern::AvgPool2dGrad,
+            KernelPlan::ScatterAdd(_) => Pattern::ScatterAdd,
             KernelPlan::Flash(f) => f.spec.pattern(),
-            KernelPlan::FlashScale(_) => "flash_attention_bwd_scale",
-            KernelPlan::SliceGrad(_) => "slice_grad",
+            KernelPlan::FlashScale(_) => Pattern::FlashGradientScale,
+            KernelPlan::SliceGrad(_) => Pattern::SliceGrad,
         }
     }
 
@@ -240,33 +299,8 @@ impl KernelPlan {
                 .product::<u64>()
                 * sinter_ir::artifact::WORD_BYTES
         };
-        let views: Vec<&View> = match self {
-            KernelPlan::Fused(f) => f.operands.iter().chain(&f.outputs).collect(),
-            KernelPlan::Matmul(m) => {
-                let mut v = vec![&m.a, &m.b, &m.out];
-                v.extend(epilogue_reads(&m.epilogue));
-                v
-            }
-            KernelPlan::SplitSum(s) => {
-                let mut v = vec![&s.partials, &s.out];
-                v.extend(epilogue_reads(&s.epilogue));
-                v
-            }
-            KernelPlan::Conv2d(c) => {
-                let mut v: Vec<&View> = [&c.x, &c.w, &c.out].into_iter().chain(&c.bias).collect();
-                v.extend(epilogue_reads(&c.epilogue));
-                v
-            }
-            KernelPlan::Pool2d(p) => vec![&p.x, &p.out],
-            KernelPlan::Gather(g) => vec![&g.table, &g.ids, &g.out],
-            KernelPlan::Conv2dGrad(c) => vec![&c.a, &c.b, &c.out],
-            KernelPlan::Pool2dGrad(p) => [&p.dy, &p.out].into_iter().chain(&p.x).collect(),
-            KernelPlan::ScatterAdd(s) => vec![&s.dy, &s.ids, &s.out],
-            KernelPlan::SliceGrad(s) => vec![&s.dy, &s.out],
-            KernelPlan::Flash(f) => f.reads().into_iter().chain(&f.outputs).collect(),
-            KernelPlan::FlashScale(s) => vec![&s.d_o, &s.out],
-        };
-        views.into_iter().map(distinct).sum()
+        let (reads, writes) = self.views();
+        reads.into_iter().chain(writes).map(distinct).sum()
     }
 
     /// Calls `f` on every view the plan holds, an epilogue's included.
@@ -326,43 +360,11 @@ impl KernelPlan {
 
     /// Buffers read and written, for liveness (an epilogue's operands are read).
     pub fn buffers(&self) -> (Vec<crate::layout::BufferId>, Vec<crate::layout::BufferId>) {
-        match self {
-            KernelPlan::Fused(f) => (
-                f.operands.iter().map(|v| v.buffer).collect(),
-                f.outputs.iter().map(|v| v.buffer).collect(),
-            ),
-            KernelPlan::Matmul(m) => {
-                let mut reads = vec![m.a.buffer, m.b.buffer];
-                reads.extend(epilogue_reads(&m.epilogue).iter().map(|v| v.buffer));
-                (reads, vec![m.out.buffer])
-            }
-            KernelPlan::SplitSum(s) => {
-                let mut reads = vec![s.partials.buffer];
-                reads.extend(epilogue_reads(&s.epilogue).iter().map(|v| v.buffer));
-                (reads, vec![s.out.buffer])
-            }
-            KernelPlan::Conv2d(c) => {
-                let mut reads = vec![c.x.buffer, c.w.buffer];
-                reads.extend(c.bias.as_ref().map(|b| b.buffer));
-                reads.extend(epilogue_reads(&c.epilogue).iter().map(|v| v.buffer));
-                (reads, vec![c.out.buffer])
-            }
-            KernelPlan::Pool2d(p) => (vec![p.x.buffer], vec![p.out.buffer]),
-            KernelPlan::Gather(g) => (vec![g.table.buffer, g.ids.buffer], vec![g.out.buffer]),
-            KernelPlan::Conv2dGrad(c) => (vec![c.a.buffer, c.b.buffer], vec![c.out.buffer]),
-            KernelPlan::Pool2dGrad(p) => {
-                let mut reads = vec![p.dy.buffer];
-                reads.extend(p.x.as_ref().map(|x| x.buffer));
-                (reads, vec![p.out.buffer])
-            }
-            KernelPlan::ScatterAdd(s) => (vec![s.dy.buffer, s.ids.buffer], vec![s.out.buffer]),
-            KernelPlan::SliceGrad(s) => (vec![s.dy.buffer], vec![s.out.buffer]),
-            KernelPlan::Flash(f) => (
-                f.reads().iter().map(|v| v.buffer).collect(),
-                f.outputs.iter().map(|v| v.buffer).collect(),
-            ),
-            KernelPlan::FlashScale(s) => (vec![s.d_o.buffer], vec![s.out.buffer]),
-        }
+        let (reads, writes) = self.views();
+        (
+            reads.iter().map(|v| v.buffer).collect(),
+            writes.iter().map(|v| v.buffer).collect(),
+        )
     }
 }
 
@@ -380,4 +382,55 @@ impl Flash {
 /// The tensors an epilogue reads besides the value it is applied to (its operand 0).
 fn epilogue_reads(epilogue: &Option<FusedKernel>) -> &[View] {
     epilogue.as_ref().map_or(&[], |e| &e.operands[1..])
+}
+
+impl std::fmt::Display for KernelPlan {
+    /// One line: the pattern, its variant where it has one, what it reads and what it writes
+    /// (views: buffer, shape, and offset and strides where not contiguous).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.pattern())?;
+        match self {
+            KernelPlan::Matmul(m) => write!(f, " [tile {}]", m.tile)?,
+            KernelPlan::Flash(k) => write!(f, " [{}]", k.variant)?,
+            _ => {}
+        }
+        let (reads, writes) = self.views();
+        let list = |vs: &[&View]| -> String {
+            let v: Vec<String> = vs.iter().map(|v| v.to_string()).collect();
+            v.join(", ")
+        };
+        write!(f, ": {} -> {}", list(&reads), list(&writes))
+    }
+}
+
+impl KernelPlan {
+    /// The views the plan reads (an epilogue's operands included) and writes, in order.
+    pub fn views(&self) -> (Vec<&View>, Vec<&View>) {
+        match self {
+            KernelPlan::Fused(k) => (k.operands.iter().collect(), k.outputs.iter().collect()),
+            KernelPlan::Matmul(m) => {
+                let mut r = vec![&m.a, &m.b];
+                r.extend(epilogue_reads(&m.epilogue));
+                (r, vec![&m.out])
+            }
+            KernelPlan::SplitSum(s) => {
+                let mut r = vec![&s.partials];
+                r.extend(epilogue_reads(&s.epilogue));
+                (r, vec![&s.out])
+            }
+            KernelPlan::Conv2d(c) => {
+                let mut r: Vec<&View> = [&c.x, &c.w].into_iter().chain(&c.bias).collect();
+                r.extend(epilogue_reads(&c.epilogue));
+                (r, vec![&c.out])
+            }
+            KernelPlan::Pool2d(p) => (vec![&p.x], vec![&p.out]),
+            KernelPlan::Gather(g) => (vec![&g.table, &g.ids], vec![&g.out]),
+            KernelPlan::Conv2dGrad(c) => (vec![&c.a, &c.b], vec![&c.out]),
+            KernelPlan::Pool2dGrad(p) => ([&p.dy].into_iter().chain(&p.x).collect(), vec![&p.out]),
+            KernelPlan::ScatterAdd(s) => (vec![&s.dy, &s.ids], vec![&s.out]),
+            KernelPlan::SliceGrad(s) => (vec![&s.dy], vec![&s.out]),
+            KernelPlan::Flash(k) => (k.reads(), k.outputs.iter().collect()),
+            KernelPlan::FlashScale(s) => (vec![&s.d_o], vec![&s.out]),
+        }
+    }
 }

@@ -4,16 +4,37 @@
 //!
 //! **Invariant:** as in [`sinter_ir::Graph`], nodes are in definition order (every operand is
 //! defined before use), so arena order is a topological order.
+//!
+//! Values are [`KValueId`]s, not the IR's [`ValueId`]s: the optimizer numbers a kernel graph's
+//! values anew (a value the source computes may be gone, a fused kernel's extra result new).
+//! [`KValue::source`] names the IR value a kernel-graph value stands for, which is how the
+//! compile's per-value facts (index contracts) reach the artifact's slots.
 
 use sinter_ir::{Attrs, Graph, Init, Key, Op, TensorType, ValueDef, ValueId, attr::Kind};
 
 use crate::fused::Program;
 
+/// A value of a [`KernelGraph`] (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KValueId(pub u32);
+
+impl KValueId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl std::fmt::Display for KValueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
 /// A vertex of [`KernelGraph::view`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Vertex {
     /// An input, param or state.
-    Leaf(ValueId),
+    Leaf(KValueId),
     /// A node, by index.
     Node(usize),
 }
@@ -36,8 +57,8 @@ pub enum KernelOp {
 #[derive(Clone, Debug, PartialEq)]
 pub struct KNode {
     pub op: KernelOp,
-    pub inputs: Vec<ValueId>,
-    pub outputs: Vec<ValueId>,
+    pub inputs: Vec<KValueId>,
+    pub outputs: Vec<KValueId>,
     /// The source values this node computes or absorbed (as `value = op`), for the artifact's
     /// kernel listing.
     pub sources: Vec<String>,
@@ -86,6 +107,9 @@ pub struct KValue {
     pub name: String,
     pub ty: TensorType,
     pub def: KDef,
+    /// The IR value this value is, where it is one of the source graph's (every input, param
+    /// and state; a computed value the optimizer kept).
+    pub source: Option<ValueId>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -103,10 +127,10 @@ pub struct KernelGraph {
     pub values: Vec<KValue>,
     pub nodes: Vec<KNode>,
     /// `(target, source)` of each `assign`.
-    pub assigns: Vec<(ValueId, ValueId)>,
+    pub assigns: Vec<(KValueId, KValueId)>,
     /// The outputs, in order, with the names the caller reads them by (one value may be
     /// output under several names once common subexpressions are shared).
-    pub outputs: Vec<(String, ValueId)>,
+    pub outputs: Vec<(String, KValueId)>,
 }
 
 impl KernelGraph {
@@ -115,7 +139,9 @@ impl KernelGraph {
         let values = g
             .values
             .iter()
-            .map(|v| KValue {
+            .enumerate()
+            .map(|(i, v)| KValue {
+                source: Some(ValueId(i as u32)),
                 name: v.name.clone(),
                 ty: v.ty.clone(),
                 def: match &v.def {
@@ -134,8 +160,8 @@ impl KernelGraph {
             .iter()
             .map(|n| KNode {
                 op: KernelOp::Ir(n.op, n.attrs.clone()),
-                inputs: n.inputs.clone(),
-                outputs: n.outputs.clone(),
+                inputs: n.inputs.iter().map(|v| KValueId(v.0)).collect(),
+                outputs: n.outputs.iter().map(|v| KValueId(v.0)).collect(),
                 sources: n
                     .outputs
                     .iter()
@@ -148,48 +174,52 @@ impl KernelGraph {
             name: g.name.clone(),
             values,
             nodes,
-            assigns: g.assigns.iter().map(|a| (a.target, a.source)).collect(),
+            assigns: g
+                .assigns
+                .iter()
+                .map(|a| (KValueId(a.target.0), KValueId(a.source.0)))
+                .collect(),
             outputs: g
                 .outputs
                 .iter()
-                .map(|&v| (g.name_of(v).to_string(), v))
+                .map(|&v| (g.name_of(v).to_string(), KValueId(v.0)))
                 .collect(),
         }
     }
 
-    pub fn value(&self, v: ValueId) -> &KValue {
+    pub fn value(&self, v: KValueId) -> &KValue {
         &self.values[v.index()]
     }
 
-    pub fn ty(&self, v: ValueId) -> &TensorType {
+    pub fn ty(&self, v: KValueId) -> &TensorType {
         &self.value(v).ty
     }
 
-    pub fn name_of(&self, v: ValueId) -> &str {
+    pub fn name_of(&self, v: KValueId) -> &str {
         &self.value(v).name
     }
 
     /// The node computing `v`, if any.
-    pub fn producer(&self, v: ValueId) -> Option<&KNode> {
+    pub fn producer(&self, v: KValueId) -> Option<&KNode> {
         match self.value(v).def {
             KDef::Node { node, .. } => Some(&self.nodes[node]),
             _ => None,
         }
     }
 
-    pub fn is_persistent(&self, v: ValueId) -> bool {
+    pub fn is_persistent(&self, v: KValueId) -> bool {
         matches!(self.value(v).def, KDef::Param(_) | KDef::State(_))
     }
 
     /// The graph as a petgraph graph: a vertex per input, param, state and node, an edge per
     /// operand carrying its value.
-    pub fn view(&self) -> petgraph::graph::DiGraph<Vertex, ValueId> {
+    pub fn view(&self) -> petgraph::graph::DiGraph<Vertex, KValueId> {
         use petgraph::graph::NodeIndex;
         let mut g = petgraph::graph::DiGraph::new();
-        let mut leaf: std::collections::HashMap<ValueId, NodeIndex> = Default::default();
+        let mut leaf: std::collections::HashMap<KValueId, NodeIndex> = Default::default();
         for (i, v) in self.values.iter().enumerate() {
             if !matches!(v.def, KDef::Node { .. }) {
-                let id = ValueId(i as u32);
+                let id = KValueId(i as u32);
                 leaf.insert(id, g.add_node(Vertex::Leaf(id)));
             }
         }
@@ -215,14 +245,14 @@ impl KernelGraph {
     pub fn to_dot(&self) -> String {
         use petgraph::dot::{Config, Dot};
         let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-        let results: std::collections::HashSet<ValueId> = self
+        let results: std::collections::HashSet<KValueId> = self
             .outputs
             .iter()
             .map(|(_, v)| *v)
             .chain(self.assigns.iter().map(|(_, v)| *v))
             .collect();
         let view = self.view();
-        let edge = |_, e: petgraph::graph::EdgeReference<'_, ValueId>| {
+        let edge = |_, e: petgraph::graph::EdgeReference<'_, KValueId>| {
             format!("label=\"{}\", fontsize=8", self.ty(*e.weight()))
         };
         let vertex = |_, (_, v): (petgraph::graph::NodeIndex, &Vertex)| match *v {
@@ -283,13 +313,14 @@ impl KernelGraph {
         ty: TensorType,
         node: usize,
         index: usize,
-    ) -> ValueId {
+    ) -> KValueId {
         self.values.push(KValue {
             name,
             ty,
             def: KDef::Node { node, index },
+            source: None,
         });
-        ValueId((self.values.len() - 1) as u32)
+        KValueId((self.values.len() - 1) as u32)
     }
 }
 
@@ -347,7 +378,7 @@ pub fn evaluate(
             values[o.index()] = Some(t);
         }
     }
-    let get = |v: ValueId| values[v.index()].clone().expect("computed");
+    let get = |v: KValueId| values[v.index()].clone().expect("computed");
     Ok(EvalResult {
         outputs: kg
             .outputs
@@ -367,4 +398,89 @@ pub fn evaluate(
 pub struct EvalResult {
     pub outputs: Vec<(String, sinter_ir::interp::Tensor)>,
     pub assigned: Vec<(String, sinter_ir::interp::Tensor)>,
+}
+
+/// `k=v, ..` of an IR op's attributes (empty for none).
+fn attrs_text(attrs: &Attrs) -> String {
+    let parts: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(", ")
+}
+
+impl std::fmt::Display for KernelOp {
+    /// One line: the IR op with its attributes, the fused program's pattern, the anchor with
+    /// its epilogue, or the flash kernel.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelOp::Ir(op, attrs) if attrs.iter().next().is_none() => f.write_str(op.name()),
+            KernelOp::Ir(op, attrs) => write!(f, "{}[{}]", op.name(), attrs_text(attrs)),
+            KernelOp::Fused(p) => write!(f, "fused {}", p.pattern()),
+            KernelOp::Epilogue(op, attrs, _) if attrs.iter().next().is_none() => {
+                write!(f, "{} + epilogue", op.name())
+            }
+            KernelOp::Epilogue(op, attrs, _) => {
+                write!(f, "{}[{}] + epilogue", op.name(), attrs_text(attrs))
+            }
+            KernelOp::Flash(spec) => write!(f, "{}", spec.pattern()),
+        }
+    }
+}
+
+impl std::fmt::Display for KernelGraph {
+    /// The graph as text: its inputs, params and states, one line per kernel (`kN: results =
+    /// op(operands)`, then the source ops it covers and the rules that built it, then a fused
+    /// program's or an epilogue's body, indented), its outputs and assigns.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "kernel graph {}: {} kernels",
+            self.name,
+            self.nodes.len()
+        )?;
+        for v in &self.values {
+            let kind = match v.def {
+                KDef::Input => "input",
+                KDef::Param(_) => "param",
+                KDef::State(_) => "state",
+                KDef::Node { .. } => continue,
+            };
+            writeln!(f, "  {kind} {}: {}", v.name, v.ty)?;
+        }
+        let names = |vs: &[KValueId]| -> String {
+            let n: Vec<&str> = vs.iter().map(|&v| self.name_of(v)).collect();
+            n.join(", ")
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            writeln!(
+                f,
+                "  k{i}: {} = {}({})",
+                names(&n.outputs),
+                n.op,
+                names(&n.inputs)
+            )?;
+            writeln!(f, "      from: {}", n.sources.join("; "))?;
+            if !n.rules.is_empty() {
+                writeln!(f, "      rules: {}", n.rules.join(", "))?;
+            }
+            let body = match &n.op {
+                KernelOp::Fused(p) | KernelOp::Epilogue(_, _, p) => p.to_string(),
+                KernelOp::Flash(spec) => spec.to_string(),
+                KernelOp::Ir(..) => String::new(),
+            };
+            for line in body.lines() {
+                writeln!(f, "      {line}")?;
+            }
+        }
+        for (name, v) in &self.outputs {
+            writeln!(f, "  output {name} = {}", self.name_of(*v))?;
+        }
+        for &(target, source) in &self.assigns {
+            writeln!(
+                f,
+                "  assign {} = {}",
+                self.name_of(target),
+                self.name_of(source)
+            )?;
+        }
+        Ok(())
+    }
 }

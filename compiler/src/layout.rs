@@ -169,6 +169,26 @@ pub fn reshape_strides(
     (view_d == -1).then_some(new_strides)
 }
 
+impl std::fmt::Display for BufferId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+impl std::fmt::Display for View {
+    /// `bN[shape]`, then `+offset` and the strides where they are not the contiguous ones.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:?}", self.buffer, self.shape)?;
+        if self.offset != 0 {
+            write!(f, "+{}", self.offset)?;
+        }
+        if self.strides != contiguous_strides(&self.shape) {
+            write!(f, " strides {:?}", self.strides)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

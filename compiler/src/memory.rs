@@ -18,6 +18,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::fmt::Write;
 
 use sinter_ir::artifact::WORD_BYTES;
 
@@ -457,6 +458,35 @@ fn lower_bound(live: &[(u32, u32)], sizes: &[u64]) -> u64 {
         peak = peak.max(current);
     }
     peak as u64
+}
+
+/// The plan as text (`--dump-after memory`): the peak against the lower bound, then every
+/// buffer's arena, offset, size, live range and label.
+pub fn describe(sched: &Schedule, mem: &MemoryPlan) -> String {
+    let mut s = String::new();
+    writeln!(
+        s,
+        "peak {} bytes, lower bound {} bytes ({:.3}x), {} arena(s)",
+        mem.peak_bytes,
+        mem.lower_bound_bytes,
+        mem.peak_bytes as f64 / mem.lower_bound_bytes.max(1) as f64,
+        mem.arenas.len()
+    )
+    .unwrap();
+    for (i, b) in sched.buffers.iter().enumerate() {
+        let p = mem.placements[i];
+        let (first, last) = mem.live[i];
+        writeln!(
+            s,
+            "  arena {} @ {:>10}  {:>10} B  live {first}..={last}  {}",
+            p.arena,
+            p.offset,
+            b.ty.size_bytes(),
+            b.label
+        )
+        .unwrap();
+    }
+    s
 }
 
 #[cfg(test)]

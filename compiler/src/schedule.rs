@@ -8,20 +8,20 @@
 //!
 //! **Invariant:** every step writes only fresh buffers (or disjoint slices of one fresh buffer,
 //! for `concat`), so steps never overwrite a value that is still to be read. The one exception
-//! is made last, by [`crate::in_place`]: a param's or state's update written over it where no
-//! later step reads the old value.
+//! is made by the next pass, [`crate::in_place`]: a param's or state's update written over it
+//! where no later step reads the old value.
 
 use std::collections::HashMap;
 
 use sinter_ir::types::contiguous_strides;
-use sinter_ir::{DType, Op, TensorType, ValueId, key};
+use sinter_ir::{DType, Op, TensorType, key};
 
 use crate::codegen::fused::FusedKernel;
 use crate::error::CompileError;
 use crate::flash::FlashKind;
 use crate::fused::{Arg, Combine, Program, Scalar};
 use crate::kernel::*;
-use crate::kgraph::{KDef, KNode, KernelGraph, KernelOp};
+use crate::kgraph::{KDef, KNode, KValueId, KernelGraph, KernelOp};
 use crate::layout::{BufferId, View};
 use crate::matmul::{self, Tile};
 
@@ -30,9 +30,9 @@ pub enum BufferKind {
     /// Computed during a run.
     Temp,
     /// Written by the caller before a run.
-    Input(ValueId),
+    Input(KValueId),
     /// Lives across runs at a fixed place.
-    Persistent(ValueId),
+    Persistent(KValueId),
 }
 
 #[derive(Clone, Debug)]
@@ -66,34 +66,16 @@ pub struct Schedule {
     pub steps: Vec<Step>,
     pub outputs: Vec<OutputView>,
     /// `assign target = source`: the persistent target's buffer and the source's contiguous view.
-    pub assigns: Vec<(ValueId, View)>,
+    pub assigns: Vec<(KValueId, View)>,
     /// Params and states whose assign a step does by writing over them ([`crate::in_place`]).
-    pub updated_in_place: Vec<ValueId>,
-    /// i32 inputs read as indices, with the number of rows or classes they index.
-    pub index_bounds: HashMap<ValueId, usize>,
+    pub updated_in_place: Vec<KValueId>,
 }
 
-/// Lowers `g`; `index_bounds` (inputs by name, from [`crate::index_bounds`], found on the
-/// graph before decomposition) is carried into the schedule. `options` may force the matmul
-/// block shape and split count.
-pub fn lower(
-    g: &KernelGraph,
-    index_bounds: HashMap<String, usize>,
-    options: &crate::Options,
-) -> Result<Schedule, CompileError> {
-    let index_bounds = g
-        .values
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v.def == KDef::Input)
-        .filter_map(|(i, v)| Some((ValueId(i as u32), *index_bounds.get(&v.name)?)))
-        .collect();
+/// Lowers `g` with `options`' target and forced variants.
+pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, CompileError> {
     let mut cx = Lowering {
         g,
-        sched: Schedule {
-            index_bounds,
-            ..Schedule::default()
-        },
+        sched: Schedule::default(),
         views: HashMap::new(),
         pending_copies: HashMap::new(),
         needed: needed_values(g),
@@ -103,7 +85,7 @@ pub fn lower(
         flash_scales: HashMap::new(),
     };
     for (i, value) in g.values.iter().enumerate() {
-        let v = ValueId(i as u32);
+        let v = KValueId(i as u32);
         let kind = match value.def {
             KDef::Input => BufferKind::Input(v),
             KDef::Param(_) | KDef::State(_) => BufferKind::Persistent(v),
@@ -129,7 +111,6 @@ pub fn lower(
         let view = cx.contiguous_view(source)?;
         cx.sched.assigns.push((target, view));
     }
-    crate::in_place::update_in_place(&mut cx.sched);
     Ok(cx.sched)
 }
 
@@ -155,12 +136,12 @@ fn needed_values(g: &KernelGraph) -> Vec<bool> {
 struct Lowering<'g> {
     g: &'g KernelGraph,
     sched: Schedule,
-    views: HashMap<ValueId, View>,
+    views: HashMap<KValueId, View>,
     /// Reshapes whose source view cannot be reshaped without moving data, by value: the source
     /// view and the step's label. The copy is made where the value is first read (`view`),
     /// unless a `concat` reads it first: that copies the source straight into its part of the
     /// result, viewed in the source's shape, saving a pass over the value.
-    pending_copies: HashMap<ValueId, (View, String)>,
+    pending_copies: HashMap<KValueId, (View, String)>,
     needed: Vec<bool>,
     target: &'g crate::Target,
     /// Block shapes and splits forced on every matmul.
@@ -169,7 +150,7 @@ struct Lowering<'g> {
     flash: crate::flash::variant::Choices,
     /// The [`FlashScale`] of each `dO` (over a score batch) made so far: the dQ and dK/dV
     /// kernels share one.
-    flash_scales: HashMap<(ValueId, Vec<usize>), View>,
+    flash_scales: HashMap<(KValueId, Vec<usize>), View>,
 }
 
 impl Lowering<'_> {
@@ -185,18 +166,18 @@ impl Lowering<'_> {
     }
 
     /// Allocates `out`'s buffer, pushes the step `make` builds around its view, and binds it.
-    fn write_new(&mut self, out: ValueId, label: String, make: impl FnOnce(View) -> KernelPlan) {
+    fn write_new(&mut self, out: KValueId, label: String, make: impl FnOnce(View) -> KernelPlan) {
         let dst = self.temp(out);
         self.push(make(dst.clone()), vec![label]);
         self.views.insert(out, dst);
     }
 
-    fn temp(&mut self, v: ValueId) -> View {
+    fn temp(&mut self, v: KValueId) -> View {
         let value = self.g.value(v);
         self.new_buffer(value.ty.clone(), BufferKind::Temp, &value.name)
     }
 
-    fn dtype(&self, v: ValueId) -> DType {
+    fn dtype(&self, v: KValueId) -> DType {
         self.g.ty(v).dtype
     }
 
@@ -218,7 +199,7 @@ impl Lowering<'_> {
     }
 
     /// The view of a value, materializing folded constants when a non-elementwise op needs them.
-    fn view(&mut self, v: ValueId) -> Result<View, CompileError> {
+    fn view(&mut self, v: KValueId) -> Result<View, CompileError> {
         if let Some(view) = self.views.get(&v) {
             return Ok(view.clone());
         }
@@ -241,7 +222,7 @@ impl Lowering<'_> {
     }
 
     /// A scalar constant or an iota, which elementwise consumers compute in place.
-    fn fold(&self, v: ValueId) -> Option<Arg> {
+    fn fold(&self, v: KValueId) -> Option<Arg> {
         let node = self.g.producer(v)?;
         match node.ir()? {
             Op::Constant => Some(Arg::Const(node.attr(key::VALUE) as f32)),
@@ -253,7 +234,7 @@ impl Lowering<'_> {
         }
     }
 
-    fn contiguous_view(&mut self, v: ValueId) -> Result<View, CompileError> {
+    fn contiguous_view(&mut self, v: KValueId) -> Result<View, CompileError> {
         let view = self.view(v)?;
         if view.is_contiguous() {
             return Ok(View {
@@ -919,4 +900,48 @@ impl Product {
 fn pair(node: &KNode, key: sinter_ir::Key<sinter_ir::attr::kind::Indices>) -> [usize; 2] {
     let v = node.attr(key);
     [v[0], v[1]]
+}
+
+impl std::fmt::Display for Schedule {
+    /// The buffers (`bN label: type (kind)`), then one line per step (its plan: pattern,
+    /// variant, views read -> written) with the source ops it implements, then the outputs and
+    /// assigns by view, and the params and states updated in place.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "schedule: {} steps over {} buffers",
+            self.steps.len(),
+            self.buffers.len()
+        )?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            let kind = match b.kind {
+                BufferKind::Temp => "temp",
+                BufferKind::Input(_) => "input",
+                BufferKind::Persistent(_) => "persistent",
+            };
+            writeln!(f, "  {} {}: {} ({kind})", BufferId(i as u32), b.label, b.ty)?;
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            writeln!(f, "  step {i}: {}", step.plan)?;
+            writeln!(f, "      from: {}", step.ops.join("; "))?;
+        }
+        for o in &self.outputs {
+            writeln!(f, "  output {}: {}", o.name, o.view)?;
+        }
+        // a persistent value by its buffer's label
+        let label = |v: KValueId| {
+            self.buffers
+                .iter()
+                .find(|b| b.kind == BufferKind::Persistent(v))
+                .map_or_else(|| v.to_string(), |b| b.label.clone())
+        };
+        for &(target, ref view) in &self.assigns {
+            writeln!(f, "  assign {} = {view}", label(target))?;
+        }
+        if !self.updated_in_place.is_empty() {
+            let names: Vec<String> = self.updated_in_place.iter().map(|&v| label(v)).collect();
+            writeln!(f, "  updated in place: {}", names.join(", "))?;
+        }
+        Ok(())
+    }
 }

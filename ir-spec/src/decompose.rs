@@ -27,7 +27,7 @@
 //! `mean` inside these (and `reduction="mean"`) divides by the count, as the interpreter does.
 
 use crate::attr::{Attrs, key};
-use crate::expand::{Rebuild, rebuild};
+use crate::expand::{Rebuild, rebuild_mapped};
 use crate::graph::{Graph, GraphError, Node, ValueId};
 use crate::op::{Op, OpClass};
 use crate::types::DType;
@@ -45,7 +45,13 @@ pub fn is_primitive(op: Op) -> bool {
 /// `g` with every non-primitive op replaced by primitives; names, assigns and outputs are kept.
 /// `g` must be free of `attention` and `grad` (run expansion and autodiff first).
 pub fn decompose(g: &Graph) -> Graph {
-    rebuild(g, |rb, node, inputs| {
+    decompose_mapped(g).0
+}
+
+/// [`decompose`], also returning the new graph's value for each value of `g` (by index; a value
+/// of a decomposed op is its result's replacement).
+pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
+    rebuild_mapped(g, |rb, node, inputs| {
         if is_primitive(node.op) {
             return Ok(None);
         }

@@ -86,7 +86,19 @@ impl Rebuild<'_> {
 /// value per result of the node, built with [`Rebuild::add`]; results created by this call are
 /// renamed to the old results' names (a result that is an older value keeps its own name).
 /// Declarations, assigns, outputs and the graph's name carry over.
-pub fn rebuild<F>(g: &Graph, mut lower: F) -> Result<Graph, GraphError>
+pub fn rebuild<F>(g: &Graph, lower: F) -> Result<Graph, GraphError>
+where
+    F: FnMut(&mut Rebuild, &Node, &[ValueId]) -> Result<Option<Vec<ValueId>>, GraphError>,
+{
+    rebuild_mapped(g, lower).map(|(graph, _)| graph)
+}
+
+/// [`rebuild`], also returning where each value of `g` went: the new graph's value for each old
+/// one (by old index), which passes use to carry facts about values across a rebuild.
+pub fn rebuild_mapped<F>(
+    g: &Graph,
+    mut lower: F,
+) -> Result<(Graph, Vec<Option<ValueId>>), GraphError>
 where
     F: FnMut(&mut Rebuild, &Node, &[ValueId]) -> Result<Option<Vec<ValueId>>, GraphError>,
 {
@@ -155,7 +167,7 @@ where
         let v = rb.mapped(v);
         rb.new.add_output(v);
     }
-    Ok(rb.new)
+    Ok((rb.new, rb.map))
 }
 
 /// A new graph with every `attention` node replaced by primitives (see the module docs) and

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use sinter_compiler::flash::variant::Tiling;
 use sinter_compiler::flash::{FlashKind, FlashSpec};
 use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
-use sinter_compiler::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp, evaluate};
+use sinter_compiler::kgraph::{KDef, KNode, KValue, KValueId, KernelGraph, KernelOp, evaluate};
 use sinter_ir::interp::Tensor;
-use sinter_ir::{DType, Op, TensorType, ValueId};
+use sinter_ir::{DType, Op, TensorType};
 use sinter_runtime::{AdapterChoice, Session};
 use sinter_tests::{Rng, random_tensor, relative_error, run_session};
 
@@ -160,13 +160,14 @@ const SPECIAL: [(&str, usize, usize, f64); 5] = [
     ("k", 90, 0, f64::INFINITY),
 ];
 
-fn value(kg: &mut KernelGraph, name: &str, ty: TensorType) -> ValueId {
+fn value(kg: &mut KernelGraph, name: &str, ty: TensorType) -> KValueId {
     kg.values.push(KValue {
         name: name.to_string(),
         ty,
         def: KDef::Input,
+        source: None,
     });
-    ValueId((kg.values.len() - 1) as u32)
+    KValueId((kg.values.len() - 1) as u32)
 }
 
 /// Runs the case's kernel of `kind` on the GPU and in the interpreter and compares.
@@ -228,7 +229,7 @@ fn flash_graph(case: &Case, kind: FlashKind) -> KernelGraph {
         ));
     }
     let types: Vec<TensorType> = inputs.iter().map(|&i| kg.ty(i).clone()).collect();
-    let outs: Vec<ValueId> = spec
+    let outs: Vec<KValueId> = spec
         .output_types(&types)
         .into_iter()
         .enumerate()

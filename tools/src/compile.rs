@@ -29,7 +29,7 @@ pub struct Args {
     #[command(flatten)]
     target: TargetArgs,
     /// Print what a pass produced, after a header line. Repeat it or separate passes with
-    /// commas; `all` dumps every pass.
+    /// commas; `all` dumps every pass, `list` names them with what each does.
     #[arg(long, value_name = "PASS", value_delimiter = ',', value_parser = pass_names())]
     dump_after: Vec<String>,
     /// Skip the e-graph optimizer: every primitive becomes its own kernel.
@@ -46,6 +46,9 @@ pub struct Args {
     /// The flash-attention kernels' tiling (for experiments; `b` is the fastest measured).
     #[arg(long, value_enum, default_value_t = FlashTile::B)]
     flash_tile: FlashTile,
+    /// Print every pass with its time and counts (nodes, kernels, bytes) to stderr.
+    #[arg(long)]
+    time_passes: bool,
     /// Write the kernel graph before and after optimization as Graphviz files
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
@@ -53,20 +56,28 @@ pub struct Args {
 }
 
 fn pass_names() -> PossibleValuesParser {
-    PossibleValuesParser::new(Pass::ALL.iter().map(|p| p.name()).chain(["all"]))
+    PossibleValuesParser::new(
+        Pass::ALL
+            .iter()
+            .map(|p| p.name())
+            .chain(["all", "list", "optimize", "schedule"]),
+    )
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
+    if args.dump_after.iter().any(|name| name == "list") {
+        return console::print(&Pass::list());
+    }
     let program = program::load_program(&args.file, &args.dims)?;
     let graph = program.graph;
-    let dump_after = Pass::ALL
-        .into_iter()
-        .filter(|p| {
-            args.dump_after
-                .iter()
-                .any(|name| name == p.name() || name == "all")
-        })
-        .collect();
+    let dump_after: Vec<Pass> = if args.dump_after.iter().any(|name| name == "all") {
+        Pass::ALL.to_vec()
+    } else {
+        args.dump_after
+            .iter()
+            .filter_map(|name| Pass::named(name))
+            .collect()
+    };
     let options = Options {
         target: args.target.target().map_err(CliError::Arg)?,
         dump_after,
@@ -93,6 +104,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         }
     }
     let compiled = compiled?;
+    if args.time_passes {
+        for record in &compiled.passes {
+            console::eprintln(&record.to_string());
+        }
+    }
     for warning in &compiled.warnings {
         crate::console::eprintln(&format!("warning: {warning}"));
     }

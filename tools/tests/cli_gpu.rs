@@ -353,8 +353,10 @@ fn dump_after_prints_each_pass_under_a_header() {
         s("schedule"),
     ]);
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert_eq!(lines[0], "# ==== after schedule ====", "{}", run.stdout);
-    assert!(lines[1].starts_with("step 0: "), "{}", run.stdout);
+    // `schedule` names the schedule as lowering leaves it, after `in-place`
+    assert_eq!(lines[0], "# ==== after in-place ====", "{}", run.stdout);
+    assert!(lines[1].starts_with("schedule: "), "{}", run.stdout);
+    assert!(run.stdout.contains("\n  step 0: "), "{}", run.stdout);
     assert!(lines.last().unwrap().starts_with("compiled `"));
     assert!(sart.exists());
 
@@ -382,23 +384,52 @@ fn dump_after_prints_each_pass_under_a_header() {
             .map(str::to_string)
             .collect()
     };
+    let header = |p: &str| format!("# ==== after {p} ====");
     let expected: Vec<String> = [
         "expand",
         "autodiff",
+        "contracts",
         "decompose",
-        "optimize",
-        "schedule",
+        "e-graph",
+        "algebra",
+        "fusion",
+        "extract",
+        "fusion-to-stored",
+        "re-extract",
+        "kernel-graph",
+        "merge-siblings",
+        "merge-flash-backward",
+        "store-recomputed",
+        "lower",
+        "in-place",
         "memory",
+        "baseline",
+        "codegen",
     ]
     .iter()
-    .map(|p| format!("# ==== after {p} ===="))
+    .map(|p| header(p))
     .collect();
     assert_eq!(headers(&all.stdout), expected);
     assert_eq!(
         headers(&listed.stdout),
-        [&expected[0], &expected[1], &expected[5]].map(String::clone)
+        [header("expand"), header("autodiff"), header("memory")]
     );
     assert!(all.stdout.contains("peak "), "{}", all.stdout);
+    // every dump is text, not a Rust `Debug` form
+    assert!(!all.stdout.contains("KernelPlan") && !all.stdout.contains("Some("));
+
+    // `list` names every pass with what it does, and compiles nothing
+    let list = ok(&[
+        s("compile"),
+        s(&sir),
+        s("-o"),
+        s(dir.path().join("unused.sart")),
+        s("--dump-after"),
+        s("list"),
+    ]);
+    assert!(list.stdout.starts_with("expand "), "{}", list.stdout);
+    assert!(list.stdout.contains("\nin-place "), "{}", list.stdout);
+    assert!(!dir.path().join("unused.sart").exists());
 
     // A pass that fails still leaves the dumps of the passes before it.
     let failed = sinter(&[
@@ -412,7 +443,7 @@ fn dump_after_prints_each_pass_under_a_header() {
         s("schedule,memory"),
     ]);
     assert_eq!(failed.code, 1, "{}", failed.stderr);
-    assert_eq!(headers(&failed.stdout), [expected[4].clone()]);
+    assert_eq!(headers(&failed.stdout), [header("in-place")]);
     assert!(
         failed.stderr.contains("largest storage binding"),
         "{}",

@@ -254,7 +254,7 @@ impl Emitter<'_> {
 
     fn finish(
         self,
-        pattern: &str,
+        pattern: crate::kernel::Pattern,
         body: &str,
         workgroups: [u32; 3],
         workgroup_storage_bytes: u32,

@@ -84,12 +84,13 @@ impl FlashSpec {
         self.dscore.as_ref().map_or(0, |p| p.operands.len() - 1)
     }
 
-    pub fn pattern(&self) -> &'static str {
+    pub fn pattern(&self) -> crate::kernel::Pattern {
+        use crate::kernel::Pattern;
         match self.kind {
-            FlashKind::Forward => "flash_attention_fwd",
-            FlashKind::BackwardDkDv => "flash_attention_bwd_dkdv",
-            FlashKind::BackwardDq => "flash_attention_bwd_dq",
-            FlashKind::Backward => "flash_attention_bwd",
+            FlashKind::Forward => Pattern::FlashForward,
+            FlashKind::BackwardDkDv => Pattern::FlashBackwardDkDv,
+            FlashKind::BackwardDq => Pattern::FlashBackwardDq,
+            FlashKind::Backward => Pattern::FlashBackward,
         }
     }
 
@@ -123,5 +124,18 @@ impl FlashSpec {
             }
             FlashKind::BackwardDq => vec![q.clone()],
         }
+    }
+}
+
+impl std::fmt::Display for FlashSpec {
+    /// The kind, then the score function (its operand 0 the raw product `q·kᵀ`) and its
+    /// backward (operand 0 `dS`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{:?} over {:?}", self.kind, self.score.domain)?;
+        write!(f, "score: {}", self.score)?;
+        if let Some(g) = &self.dscore {
+            write!(f, "dscore: {g}")?;
+        }
+        Ok(())
     }
 }

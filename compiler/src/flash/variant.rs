@@ -465,6 +465,39 @@ pub fn group_works(per_block: &[f64], groups: usize) -> Vec<f64> {
         .collect()
 }
 
+impl std::fmt::Display for Tiling {
+    /// `rows x cols, threads_x x threads_y threads`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = Tiling::NAMED
+            .iter()
+            .find(|(_, t)| t == self)
+            .map(|(n, _)| *n);
+        if let Some(n) = name {
+            write!(f, "{} ", n.to_ascii_uppercase())?;
+        }
+        write!(
+            f,
+            "{}x{} blocks, {}x{} threads",
+            self.rows, self.cols, self.threads_x, self.threads_y
+        )
+    }
+}
+
+impl std::fmt::Display for Variant {
+    /// The form (tiling), the blocks or groups, the launch order.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.form {
+            Form::Plain(t) => write!(f, "f32, tiling {t}")?,
+            Form::TensorCores => write!(f, "tensor cores, {TC_ROWS} rows")?,
+        }
+        write!(f, ", {} blocks", self.blocks)?;
+        match self.launch {
+            LaunchOrder::Blocks => Ok(()),
+            LaunchOrder::HeaviestFirst { .. } => f.write_str(", heaviest first"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+mod display;
 pub mod eval;
 
 use sinter_ir::{DType, Op, OpClass};
@@ -466,11 +467,12 @@ impl Program {
         }
     }
 
-    /// The kernel's shape, for `sinter inspect`: `elementwise` (no reduction), `reduce` (every
-    /// output one value per row) or `row_map` (outputs over the reduced axes too, as softmax).
-    pub fn pattern(&self) -> &'static str {
+    /// The kernel's shape, for `sinter inspect`: elementwise (no reduction), reduce (every
+    /// output one value per row) or row map (outputs over the reduced axes too, as softmax).
+    pub fn pattern(&self) -> crate::kernel::Pattern {
+        use crate::kernel::Pattern;
         if self.reduce.is_empty() {
-            return "elementwise";
+            return Pattern::Elementwise;
         }
         let d = self.domain.len();
         let over_reduce = self.outputs.iter().any(|o| {
@@ -479,7 +481,11 @@ impl Program {
                 .iter()
                 .any(|a| matches!(a, Axis::Space(k) if *k as usize >= d))
         });
-        if over_reduce { "row_map" } else { "reduce" }
+        if over_reduce {
+            Pattern::RowMap
+        } else {
+            Pattern::Reduce
+        }
     }
 
     /// The same program without identity casts and without instructions, operands and phases

@@ -38,7 +38,8 @@ use sinter_ir::{Graph, ValueDef, ValueId};
 
 use crate::cost::CostModel;
 use crate::fused::{Bound, merge_siblings};
-use crate::kgraph::{KDef, KNode, KValue, KernelGraph, KernelOp};
+use crate::kgraph::{KDef, KNode, KValue, KValueId, KernelGraph, KernelOp};
+use crate::pipeline::{Pass, PassLog};
 use analysis::Types;
 use lang::{ENode, Head};
 
@@ -54,8 +55,6 @@ pub struct Limits {
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     pub sets: Vec<SetReport>,
-    /// Time of each step of the pass, in order.
-    pub phases: Vec<(&'static str, Duration)>,
     /// Estimated cost (ns) of the graph as given and as extracted.
     pub cost_before: f64,
     pub cost_after: f64,
@@ -78,24 +77,41 @@ pub struct SetReport {
     pub applied: Vec<(String, usize)>,
 }
 
+impl SetReport {
+    /// One line: iterations, why it stopped, the e-graph's size.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} iteration(s), stopped: {}, {} e-nodes",
+            self.iterations, self.stop, self.nodes
+        )
+    }
+}
+
+impl std::fmt::Display for SetReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "rule set {}: {} iteration(s), stopped: {}, {} e-nodes, {} e-classes, {:.1} ms",
+            self.name,
+            self.iterations,
+            self.stop,
+            self.nodes,
+            self.classes,
+            self.time.as_secs_f64() * 1e3
+        )?;
+        for (rule, n) in &self.applied {
+            if *n > 0 {
+                writeln!(f, "  {rule}: applied {n} time(s)")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for s in &self.sets {
-            writeln!(
-                f,
-                "rule set {}: {} iteration(s), stopped: {}, {} e-nodes, {} e-classes, {:.1} ms",
-                s.name,
-                s.iterations,
-                s.stop,
-                s.nodes,
-                s.classes,
-                s.time.as_secs_f64() * 1e3
-            )?;
-            for (rule, n) in &s.applied {
-                if *n > 0 {
-                    writeln!(f, "  {rule}: applied {n} time(s)")?;
-                }
-            }
+            write!(f, "{s}")?;
         }
         writeln!(
             f,
@@ -104,12 +120,6 @@ impl std::fmt::Display for Report {
             self.cost_after / 1e3,
             self.siblings_merged
         )?;
-        let phases: Vec<String> = self
-            .phases
-            .iter()
-            .map(|(name, t)| format!("{name} {:.1} ms", t.as_secs_f64() * 1e3))
-            .collect();
-        writeln!(f, "time: {}", phases.join(", "))?;
         write!(
             f,
             "optimize: {:.1} ms in all, e-graph of {} e-nodes in {} e-classes",
@@ -161,35 +171,55 @@ pub struct Config {
 
 /// Optimizes a decomposed graph (see the module docs).
 pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
+    optimize_logged(g, config, &mut PassLog::new(&[]))
+}
+
+/// [`optimize`], each phase reported to `log` as the pass it is ([`Pass::EGraph`] to
+/// [`Pass::StoreRecomputed`]).
+pub fn optimize_logged(g: &Graph, config: &Config, log: &mut PassLog) -> (KernelGraph, Report) {
     let start = Instant::now();
     let mut report = Report::default();
-    let mut phase = Instant::now();
-    let mut lap = |report: &mut Report, name: &'static str| {
-        report.phases.push((name, phase.elapsed()));
-        phase = Instant::now();
-    };
     let (algebra_limits, fusion_limits) = default_limits(g.nodes.len());
+    log.start();
     let mut built = build(g);
     report.cost_before = original_choice(&built)
         .iter()
         .map(|(_, n)| extract::node_cost(&config.model, &built.egraph, n))
         .sum();
-    lap(&mut report, "build");
+    let size = |eg: &analysis::Graph| {
+        format!(
+            "{} e-classes, {} e-nodes",
+            eg.number_of_classes(),
+            eg.total_number_of_nodes()
+        )
+    };
+    let counts = size(&built.egraph);
+    log.done(Pass::EGraph, counts.clone(), || {
+        format!(
+            "{counts}; the graph as given costs {:.1} us by the cost model\n",
+            report.cost_before / 1e3
+        )
+    });
     let mut rules = rules::algebra();
     rules.extend(rules::layout());
     if config.attention != AttentionPolicy::Unfused {
         rules.extend(attention::rules());
     }
     let state = std::sync::Arc::new(fusion::State::default());
-    for (name, set, limits) in [
-        ("algebra+layout", rules, algebra_limits),
-        ("fusion", fusion::rules(state.clone()), fusion_limits),
+    for (pass, name, set, limits) in [
+        (Pass::Algebra, "algebra+layout", rules, algebra_limits),
+        (
+            Pass::Fusion,
+            "fusion",
+            fusion::rules(state.clone()),
+            fusion_limits,
+        ),
     ] {
         let egraph = std::mem::take(&mut built.egraph);
         let (egraph, set) = run_set(name, egraph, &set, limits, config.trace);
         built.egraph = egraph;
+        log.done(pass, set.counts(), || set.to_string());
         report.sets.push(set);
-        lap(&mut report, name);
     }
     let settings = extract::Settings {
         model: &config.model,
@@ -233,38 +263,62 @@ pub fn optimize(g: &Graph, config: &Config) -> (KernelGraph, Report) {
     } else {
         extract_round(&built, &level, None, settings)
     };
-    lap(&mut report, "extraction");
+    let chosen = |choice: &extract::Choice| {
+        format!(
+            "{} classes chosen, estimated {:.1} us",
+            choice.node.len(),
+            choice.cost / 1e3
+        )
+    };
+    log.done(Pass::Extract, chosen(&choice), || {
+        to_kernel_graph(&built, g, &choice, None).to_string()
+    });
     // Second round: each stored value's kernel rebuilt up to the other stored values, then
     // extraction again from the first round's choice.
     let barrier = stored(&config.model, &built.egraph, &choice);
     let state = std::sync::Arc::new(state.next_round(&built.egraph, barrier));
     let egraph = std::mem::take(&mut built.egraph);
-    let name = "fusion up to stored values";
     let (egraph, set) = run_set(
-        name,
+        "fusion up to stored values",
         egraph,
         &fusion::rules(state.clone()),
         fusion_limits,
         config.trace,
     );
-    report.sets.push(set);
     built.egraph = egraph;
-    lap(&mut report, name);
+    log.done(Pass::FusionToStored, set.counts(), || set.to_string());
+    report.sets.push(set);
     let choice = extract_round(&built, &levels(&built, g), Some(&choice.node), settings);
-    lap(&mut report, "extraction");
+    log.done(Pass::Reextract, chosen(&choice), || {
+        to_kernel_graph(&built, g, &choice, None).to_string()
+    });
     report.cost_after = choice.cost;
     report.egraph_nodes = built.egraph.total_number_of_nodes();
     report.egraph_classes = built.egraph.number_of_classes();
     // what each kernel computes inside itself, with its keys canonical in the final e-graph
     let fused = state.next_round(&built.egraph, HashSet::default());
     let mut kg = to_kernel_graph(&built, g, &choice, Some(&fused));
-    lap(&mut report, "kernel graph");
+    let kernels = |kg: &KernelGraph| format!("{} kernels", kg.nodes.len());
+    log.done(Pass::KernelGraph, kernels(&kg), || kg.to_string());
     report.siblings_merged = merge_all_siblings(&mut kg);
-    lap(&mut report, "sibling merge");
-    attention::merge_backward(&mut kg, &config.model);
-    share::store_recomputed(&mut kg);
-    lap(&mut report, "stored recomputed values");
+    log.done(
+        Pass::MergeSiblings,
+        format!("{} merged, {}", report.siblings_merged, kernels(&kg)),
+        || kg.to_string(),
+    );
+    let merged = attention::merge_backward(&mut kg, &config.model);
+    log.done(
+        Pass::MergeFlashBackward,
+        format!("{merged} merged, {}", kernels(&kg)),
+        || kg.to_string(),
+    );
+    let stored = share::store_recomputed(&mut kg);
     report.total_time = start.elapsed();
+    log.done(
+        Pass::StoreRecomputed,
+        format!("{stored} stored, {}", kernels(&kg)),
+        || format!("{report}\n{kg}"),
+    );
     (kg, report)
 }
 
@@ -653,7 +707,7 @@ fn to_kernel_graph(
         ..KernelGraph::default()
     };
     // leaves first, in source order, so that the artifact's manifest keeps its order
-    let mut value_of: HashMap<Id, ValueId> = HashMap::default();
+    let mut value_of: HashMap<Id, KValueId> = HashMap::default();
     for v in g.value_ids() {
         let value = g.value(v);
         let def = match &value.def {
@@ -662,21 +716,26 @@ fn to_kernel_graph(
             ValueDef::State(i) => KDef::State(i.clone()),
             ValueDef::Node { .. } => continue,
         };
-        let id = ValueId(kg.values.len() as u32);
+        let id = KValueId(kg.values.len() as u32);
         kg.values.push(KValue {
             name: value.name.clone(),
             ty: value.ty.clone(),
             def,
+            source: Some(v),
         });
         value_of.entry(eg.find(b.class_of[v.index()])).or_insert(id);
     }
     // a name for each class: the first source value in it
-    let mut name_of: HashMap<Id, &str> = HashMap::default();
+    let mut first_value: HashMap<Id, ValueId> = HashMap::default();
     for v in g.value_ids() {
-        name_of
+        first_value
             .entry(eg.find(b.class_of[v.index()]))
-            .or_insert(g.name_of(v));
+            .or_insert(v);
     }
+    let name_of: HashMap<Id, &str> = first_value
+        .iter()
+        .map(|(&c, &v)| (c, g.name_of(v)))
+        .collect();
     let mut used_names: HashSet<String> = kg.values.iter().map(|v| v.name.clone()).collect();
     // post-order from the root
     let root = eg.find(b.root);
@@ -721,7 +780,7 @@ fn to_kernel_graph(
         }
     }
     // a tuple's results, by index
-    let mut results: HashMap<Id, Vec<ValueId>> = HashMap::default();
+    let mut results: HashMap<Id, Vec<KValueId>> = HashMap::default();
     for c in order {
         if c == root || value_of.contains_key(&c) {
             continue;
@@ -732,7 +791,7 @@ fn to_kernel_graph(
             value_of.insert(c, results[&tuple][i as usize]);
             continue;
         }
-        let inputs: Vec<ValueId> = node.kids.iter().map(|&k| value_of[&eg.find(k)]).collect();
+        let inputs: Vec<KValueId> = node.kids.iter().map(|&k| value_of[&eg.find(k)]).collect();
         let index = kg.nodes.len();
         if let Head::Flash(spec) = &node.head {
             let types: Vec<sinter_ir::TensorType> =
@@ -765,6 +824,7 @@ fn to_kernel_graph(
         let ty = eg[c].data.ty.clone();
         let name = fresh_name(Some(c), &kg, &mut used_names);
         let out = kg.add_value(name.clone(), ty, index, 0);
+        kg.values[out.index()].source = first_value.get(&c).copied();
         let (op, absorbed) = match &node.head {
             Head::Op(op, attrs) => (
                 KernelOp::Ir(*op, (**attrs).clone()),
@@ -863,7 +923,7 @@ struct SourceOps<'a> {
     g: &'a Graph,
     fused: Option<&'a fusion::State>,
     /// The last source value of each class.
-    value_in: HashMap<Id, ValueId>,
+    value_in: HashMap<Id, sinter_ir::ValueId>,
     /// Classes the extraction stores (their values are another kernel's outputs).
     stored: HashSet<Id>,
 }
@@ -941,7 +1001,7 @@ fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
             continue;
         }
         loop {
-            let inputs: HashSet<ValueId> = kg.nodes[b].inputs.iter().copied().collect();
+            let inputs: HashSet<KValueId> = kg.nodes[b].inputs.iter().copied().collect();
             let merge_with = |a: usize| {
                 let related = kg.nodes[a]
                     .inputs
@@ -1024,7 +1084,7 @@ fn is_fused(n: &KNode) -> bool {
     matches!(n.op, KernelOp::Fused(_))
 }
 
-fn fused(n: &KNode) -> Bound<ValueId> {
+fn fused(n: &KNode) -> Bound<KValueId> {
     match &n.op {
         KernelOp::Fused(p) => Bound {
             program: (**p).clone(),

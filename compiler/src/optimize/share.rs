@@ -11,10 +11,10 @@
 //! reads (the store costs `a` one write).
 
 use rustc_hash::FxHashMap as HashMap;
-use sinter_ir::{TensorType, ValueId};
+use sinter_ir::TensorType;
 
 use crate::fused::{Access, Axis, Inst, Level, Output, Program, Scalar};
-use crate::kgraph::{KNode, KernelGraph, KernelOp};
+use crate::kgraph::{KNode, KValueId, KernelGraph, KernelOp};
 
 /// Fewest operand reads a recomputing kernel must save for the value to be stored.
 const MIN_SAVED_READS: usize = 2;
@@ -23,7 +23,7 @@ const MIN_SAVED_READS: usize = 2;
 /// instructions are equal in every kernel of that space.
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
-    Load(ValueId, Access),
+    Load(KValueId, Access),
     Const(u32),
     Coord(u8),
     Map(Scalar, Vec<u32>),
@@ -38,7 +38,7 @@ pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
     // a value some kernel computes at every point of its space: (node, instruction)
     let mut offered: HashMap<u32, (usize, u32)> = HashMap::default();
     // values stored so far, by the (node, instruction) that stores them
-    let mut stores: HashMap<(usize, u32), ValueId> = HashMap::default();
+    let mut stores: HashMap<(usize, u32), KValueId> = HashMap::default();
     let mut stored = 0;
     for b in 0..kg.nodes.len() {
         while let KernelOp::Fused(p) = &kg.nodes[b].op {
@@ -56,7 +56,7 @@ pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
                 .max_by_key(|&(saved, i, ..)| (saved, std::cmp::Reverse(i)));
             let Some((_, i, a, j, key)) = best else {
                 // `b` is final: offer what it computes at every point, if it writes every point
-                if p.reduce.is_empty() || p.pattern() == "row_map" {
+                if p.reduce.is_empty() || p.pattern() == crate::kernel::Pattern::RowMap {
                     for (i, key) in keys_b.into_iter().enumerate() {
                         if let (Some(key), true) = (key, full[i]) {
                             offered.entry(key).or_insert((b, i as u32));
@@ -87,7 +87,7 @@ struct Keys {
     interned: HashMap<(Space, Key), u32>,
     /// A stored value, loaded over its whole space, stands for the key of what it stores, so
     /// that a value built on it keys like the same value recomputed.
-    stands_for: HashMap<ValueId, u32>,
+    stands_for: HashMap<KValueId, u32>,
 }
 
 impl Keys {
@@ -95,7 +95,7 @@ impl Keys {
     /// differ between kernels whose phases differ). Keys name space axes by their place among
     /// the axes of extent above 1, so that kernels whose spaces differ only by such axes (a
     /// reduction that keeps its reduced axis has one) share keys.
-    fn of(&mut self, p: &Program, inputs: &[ValueId]) -> Vec<Option<u32>> {
+    fn of(&mut self, p: &Program, inputs: &[KValueId]) -> Vec<Option<u32>> {
         let wide: Vec<usize> = p.wide_axes().collect();
         let place = |k: usize| wide.iter().position(|&w| w == k);
         let space: Space = (
@@ -205,7 +205,7 @@ fn whole_space(p: &Program) -> Vec<Axis> {
 }
 
 /// Makes node `a` also store its instruction `j`; returns the new value.
-fn store(kg: &mut KernelGraph, a: usize, j: u32) -> ValueId {
+fn store(kg: &mut KernelGraph, a: usize, j: u32) -> KValueId {
     let KernelOp::Fused(p) = &mut kg.nodes[a].op else {
         unreachable!("a fused node")
     };
@@ -226,7 +226,7 @@ fn store(kg: &mut KernelGraph, a: usize, j: u32) -> ValueId {
 }
 
 /// Makes node `b` load `value` where its instruction `i` computed it.
-fn load(kg: &mut KernelGraph, b: usize, i: u32, value: ValueId) {
+fn load(kg: &mut KernelGraph, b: usize, i: u32, value: KValueId) {
     let node = &mut kg.nodes[b];
     let KernelOp::Fused(p) = &node.op else {
         unreachable!("a fused node")

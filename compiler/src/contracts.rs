@@ -112,8 +112,17 @@ pub struct Contract {
     pub at_least: Option<f64>,
 }
 
-/// The contracts of the inputs, params and states that need one, by name.
-pub type Contracts = HashMap<String, Contract>;
+/// The contracts of the inputs, params and states that need one, by value.
+pub type Contracts = HashMap<ValueId, Contract>;
+
+/// `contracts` carried across a pass that rebuilt the graph (`map`: the new graph's value for
+/// each old one, by old index, as [`sinter_ir::expand::rebuild_mapped`] gives it).
+pub fn carried(contracts: &Contracts, map: &[Option<ValueId>]) -> Contracts {
+    contracts
+        .iter()
+        .filter_map(|(v, c)| Some((map.get(v.index()).copied().flatten()?, *c)))
+        .collect()
+}
 
 /// Finds every restricted use in `g`, proves it or gives the value where it enters a contract;
 /// fails on a use that neither works for.
@@ -387,7 +396,7 @@ impl Bounds<'_> {
                         at_least: Some(req.lo),
                     },
                 };
-                (g.name_of(v).to_string(), contract)
+                (v, contract)
             })
             .collect()
     }
@@ -425,13 +434,18 @@ fn unproven(g: &Graph, op: Op, value: ValueId, req: Requirement, what: &str) -> 
 mod tests {
     use super::*;
 
-    fn contracts(src: &str) -> Result<Contracts, String> {
+    /// The contracts of `src`'s program, by value name.
+    fn contracts(src: &str) -> Result<HashMap<String, Contract>, String> {
         let g = sinter_ir::text::parse(src).map_err(|d| d.to_string())?;
         let g = sinter_ir::expand::expand_composites(&g);
         let g = crate::autodiff::differentiate(&g)
             .map_err(|e| e.to_string())?
             .graph;
-        analyze(&g).map_err(|e| e.to_string())
+        let by_value = analyze(&g).map_err(|e| e.to_string())?;
+        Ok(by_value
+            .into_iter()
+            .map(|(v, c)| (g.name_of(v).to_string(), c))
+            .collect())
     }
 
     #[test]
