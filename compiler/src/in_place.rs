@@ -27,9 +27,9 @@ use std::collections::HashMap;
 
 use crate::kgraph::KValueId;
 
-use crate::codegen::fused::{FusedKernel, space_strides};
 use crate::fused::Axis;
 use crate::kernel::KernelPlan;
+use crate::kernel::{FusedKernel, space_strides};
 use crate::layout::{BufferId, View};
 use crate::schedule::{BufferKind, Schedule};
 

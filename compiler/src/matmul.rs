@@ -14,7 +14,7 @@ use sinter_ir::artifact::WORD_BYTES;
 use crate::target::{MatmulRate, Target};
 
 /// Threads of every matmul workgroup.
-const THREADS: u32 = crate::codegen::WORKGROUP;
+const THREADS: u32 = crate::kernel::WORKGROUP;
 
 /// Words of padding after each `k` row of a staged slab whose operand has `k` as its unit
 /// stride (at most; scalar tiles pad one word, quad tiles one quad). Staging then writes

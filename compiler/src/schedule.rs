@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use sinter_ir::types::contiguous_strides;
 use sinter_ir::{DType, Op, TensorType, key};
 
-use crate::codegen::fused::FusedKernel;
 use crate::error::CompileError;
 use crate::flash::FlashKind;
 use crate::fused::{Arg, Combine, Program, Scalar};
@@ -615,7 +614,7 @@ impl Lowering<'_> {
             return view.clone();
         }
         let r = d_o.rank();
-        let chunks = crate::codegen::flash::coop::scale_chunks(d_o.shape[r - 2] * d_o.shape[r - 1]);
+        let chunks = crate::flash::variant::scale_chunks(d_o.shape[r - 2] * d_o.shape[r - 1]);
         let mut shape = batch.to_vec();
         shape.extend([chunks, 1]);
         let label = format!("{} (flash dO maxima)", self.g.name_of(value));
@@ -668,7 +667,7 @@ impl Lowering<'_> {
             out: out_view,
             epilogue,
         };
-        while product.fold_batch_axis() {}
+        while product.fold_batch_axis(self.target.limits.workgroups_per_dimension) {}
         let Product {
             batch,
             m,
@@ -859,7 +858,7 @@ impl Product {
     /// the block-shape model sees m as it is. An axis stays when the folded rows would need more
     /// row blocks than one dispatch has (the batch has its own grid axis). Returns whether it
     /// folded an axis.
-    fn fold_batch_axis(&mut self) -> bool {
+    fn fold_batch_axis(&mut self, max_groups: u32) -> bool {
         let Some(&outer) = self.batch.last() else {
             return false;
         };
@@ -868,12 +867,12 @@ impl Product {
         // the folded rows must still fit one dispatch's row blocks at the smallest block height
         let row_blocks = (self.m * outer).div_ceil(matmul::Tile::SMALL.bm as usize);
         if !(rows_run(&self.a) && rows_run(&self.out) && (outer == 1 || self.b.strides[j] == 0))
-            || row_blocks > crate::codegen::MAX_GROUPS as usize
+            || row_blocks > max_groups as usize
         {
             return false;
         }
         let epilogue = match &self.epilogue {
-            Some(e) => match crate::codegen::fused::merge_axes(e, j) {
+            Some(e) => match crate::kernel::merge_axes(e, j) {
                 Some(merged) => Some(merged),
                 None => return false,
             },

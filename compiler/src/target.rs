@@ -21,6 +21,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
+/// LLVM back end keeps one counter per invocation, decremented at every back-edge of every loop,
+/// and ends all loops when it reaches zero, without an error. Nesting a long loop does not help;
+/// fewer, longer iterations (unrolling) or more invocations do. Codegen picks such forms when a
+/// shape needs them; a kernel that still needs more records it (`Dispatch::loop_iterations`) and
+/// the runtime refuses to run it on lavapipe rather than return a short result.
+pub const LOOP_BUDGET: u64 = 65535;
+
 /// What a device allows and how fast it runs each kind of kernel.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
@@ -43,7 +51,7 @@ pub struct Limits {
     pub workgroups_per_dimension: u32,
     /// Loop iterations (back-edges of all loops together) one invocation may run. Mesa's
     /// software Vulkan ends every loop after 65535 without an error; every preset keeps that
-    /// budget so that any artifact also runs there (see [`crate::codegen::LOOP_BUDGET`]).
+    /// budget so that any artifact also runs there (see [`LOOP_BUDGET`]).
     pub loop_budget: u64,
 }
 
@@ -153,7 +161,7 @@ impl Target {
                 max_binding: 2_147_483_644,
                 workgroup_bytes: 48 << 10,
                 workgroups_per_dimension: 65535,
-                loop_budget: crate::codegen::LOOP_BUDGET,
+                loop_budget: LOOP_BUDGET,
             },
             features: Features {
                 f16: true,
@@ -175,7 +183,7 @@ impl Target {
                 max_binding: 128 << 20,
                 workgroup_bytes: 32 << 10,
                 workgroups_per_dimension: 65535,
-                loop_budget: crate::codegen::LOOP_BUDGET,
+                loop_budget: LOOP_BUDGET,
             },
             features: Features {
                 f16: true,

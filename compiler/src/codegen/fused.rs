@@ -27,38 +27,8 @@ use super::{
     unroll_factor,
 };
 use crate::fused::{Access, Axis, Combine, Inst, Level, Program, Scalar};
+use crate::kernel::{FusedKernel, merge_axes, space_strides};
 use crate::layout::View;
-
-/// A fused kernel's plan: the program and the views it reads and writes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FusedKernel {
-    pub program: Program,
-    pub operands: Vec<View>,
-    pub outputs: Vec<View>,
-}
-
-impl FusedKernel {
-    /// Every tensor the kernel reads or writes: how the program accesses it, and its view
-    /// (operands, then outputs).
-    fn tensors(&self) -> impl Iterator<Item = (&Access, &View)> {
-        let p = &self.program;
-        p.operands
-            .iter()
-            .zip(&self.operands)
-            .chain(p.outputs.iter().map(|o| &o.access).zip(&self.outputs))
-    }
-}
-
-/// Strides of `view` per space axis of `p`, for a tensor accessed with `access`.
-pub(crate) fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
-    let mut strides = vec![0; p.domain.len() + p.reduce.len()];
-    for (j, a) in access.axes.iter().enumerate() {
-        if let Axis::Space(k) = *a {
-            strides[k as usize] += view.strides[j];
-        }
-    }
-    strides
-}
 
 /// `k` with two adjacent reduce axes made one (see [`merge_axes`]); `None` when no pair
 /// qualifies. The flat reduce index (an argmax's result) is unchanged, and the loop over the row
@@ -67,90 +37,6 @@ pub(crate) fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<us
 fn merge_reduce_axes(k: &FusedKernel) -> Option<FusedKernel> {
     let d = k.program.domain.len();
     (0..k.program.reduce.len().saturating_sub(1)).find_map(|i| merge_axes(k, d + i))
-}
-
-/// `k` with space axes `a` and `a + 1` (both domain axes or both reduce axes) made one, of their
-/// extents' product, when that changes no address: every tensor indexes both or neither, as
-/// adjacent axes of one run (the outer axis's stride is the inner one's extent times its stride),
-/// or the outer extent is 1; no instruction reads either coordinate, and no collapsed axis stands
-/// for either. `None` otherwise.
-pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
-    let p = &k.program;
-    let d = p.domain.len();
-    let b = a + 1;
-    let in_reduce = a >= d;
-    if b >= d + p.reduce.len() || (!in_reduce && b >= d) {
-        return None;
-    }
-    let extent = |x: usize| if x < d { p.domain[x] } else { p.reduce[x - d] };
-    let reads_coords = p
-        .insts
-        .iter()
-        .any(|inst| matches!(inst, Inst::Coord(c) if *c as usize == a || *c as usize == b));
-    let collapsed = |c: u8| in_reduce && (c as usize + d == a || c as usize + d == b);
-    let tensors: Vec<(&Access, &View)> = k.tensors().collect();
-    let mergeable = !reads_coords
-        && tensors.iter().all(|(acc, view)| {
-            let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
-            let one_run = match (at(a), at(b)) {
-                (None, None) => true,
-                (Some(ja), Some(jb)) => {
-                    jb == ja + 1
-                        && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
-                }
-                // an outer axis of extent 1 is coordinate 0 however a tensor reads it
-                _ => extent(a) == 1,
-            };
-            one_run
-                && !acc
-                    .axes
-                    .iter()
-                    .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
-        });
-    if !mergeable {
-        return None;
-    }
-    let renumber = |x: &Axis| match *x {
-        Axis::Space(c) if c as usize > a => Axis::Space(c - 1),
-        Axis::Collapsed(c) if in_reduce && c as usize + d > a => Axis::Collapsed(c - 1),
-        other => other,
-    };
-    let mut program = p.clone();
-    if in_reduce {
-        program.reduce[a - d] *= program.reduce.remove(b - d);
-    } else {
-        program.domain[a] *= program.domain.remove(b);
-    }
-    for inst in &mut program.insts {
-        if let Inst::Coord(c) = inst
-            && *c as usize > b
-        {
-            *c -= 1;
-        }
-    }
-    let merge = |acc: &mut Access, view: &mut View| {
-        if let Some(ja) = acc.axes.iter().position(|x| *x == Axis::Space(a as u8)) {
-            acc.axes.remove(ja);
-            let outer = view.shape.remove(ja);
-            view.strides.remove(ja);
-            if outer != 1 {
-                view.shape[ja] *= outer;
-            }
-        }
-        acc.axes = acc.axes.iter().map(renumber).collect();
-    };
-    let (mut operands, mut outputs) = (k.operands.clone(), k.outputs.clone());
-    for (acc, view) in program.operands.iter_mut().zip(&mut operands) {
-        merge(acc, view);
-    }
-    for (o, view) in program.outputs.iter_mut().zip(&mut outputs) {
-        merge(&mut o.access, view);
-    }
-    Some(FusedKernel {
-        program,
-        operands,
-        outputs,
-    })
 }
 
 /// How threads map to rows and lanes.

@@ -32,8 +32,7 @@ use crate::memory::MemoryPlan;
 /// Param words per `vec4<u32>` of the param block (`p(i)` reads `params.w[i / 4u][i % 4u]`).
 const PARAM_WORDS_PER_VEC: usize = 4;
 
-/// Threads per workgroup of every kernel (wgpu's default limit).
-pub const WORKGROUP: u32 = 256;
+pub use crate::kernel::WORKGROUP;
 /// Largest workgroup count per dispatch dimension (wgpu's default limit).
 pub const MAX_GROUPS: u32 = 65535;
 
@@ -64,13 +63,7 @@ pub struct KernelSource {
 pub const COOPERATIVE_FEATURES: &[&str] =
     &["EXPERIMENTAL_COOPERATIVE_MATRIX", "SHADER_F16", "SUBGROUP"];
 
-/// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
-/// LLVM back end keeps one counter per invocation, decremented at every back-edge of every loop,
-/// and ends all loops when it reaches zero, without an error. Nesting a long loop does not help;
-/// fewer, longer iterations (unrolling) or more invocations do. Codegen picks such forms when a
-/// shape needs them; a kernel that still needs more records it (`Dispatch::loop_iterations`) and
-/// the runtime refuses to run it on lavapipe rather than return a short result.
-pub const LOOP_BUDGET: u64 = 65535;
+pub use crate::target::LOOP_BUDGET;
 
 /// Writes the WGSL of one kernel for `target` (the plan's variants are chosen already; the
 /// target says which bindings and features a kernel may use).

@@ -149,23 +149,6 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
 ///
 /// [`FlashScale`]: crate::kernel::FlashScale
 const SCALE_UNROLL: usize = 4;
-/// Elements of a batch entry's `dO` that one workgroup of the [`FlashScale`] kernel takes the
-/// maximum of, at least: 32 for each invocation.
-///
-/// [`FlashScale`]: crate::kernel::FlashScale
-const SCALE_CHUNK: usize = 32 * THREADS;
-/// Most chunks a batch entry's `dO` is cut into (each backward workgroup reads them all).
-const MAX_SCALE_CHUNKS: usize = 64;
-
-/// Chunks the [`FlashScale`] kernel cuts a batch entry's `elements` of `dO` into, one
-/// workgroup each: enough workgroups to spread the pass over the GPU (one per entry left 0.1
-/// ms of a 2.2 ms attention step on the H200), few enough values for the backward to read.
-///
-/// [`FlashScale`]: crate::kernel::FlashScale
-pub fn scale_chunks(elements: usize) -> usize {
-    elements.div_ceil(SCALE_CHUNK).clamp(1, MAX_SCALE_CHUNKS)
-}
-
 /// Writes the [`FlashScale`] kernel: a workgroup per chunk of a batch entry's `dO` (256
 /// invocations, each a strided share of the chunk, then a tree through workgroup memory)
 /// writes its chunk's largest `|dO|`. Returns the body, the grid and the workgroup memory in

@@ -58,12 +58,13 @@ use std::fmt::Write;
 
 use sinter_ir::{DType, Op};
 
-use super::fused::{FusedKernel, emit_elementwise_fn};
+use super::fused::emit_elementwise_fn;
 use super::{Emitter, MAX_GROUPS, NAN, NEG_INF, decompose};
 use crate::flash::FlashKind;
 use crate::flash::variant::{Form, LaunchOrder, MAX_HEAD_DIM, Tiling};
 use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
+use crate::kernel::FusedKernel;
 use crate::layout::View;
 
 pub mod coop;
