@@ -53,11 +53,12 @@ impl Rng {
     }
 }
 
-/// A random tensor: f32 values in [-2, 2) (never zero), i32 values in [0, int_bound).
+/// A random tensor: float values in [-2, 2) (never zero; rounded to the dtype), i32 values in
+/// [0, int_bound).
 pub fn random_tensor(rng: &mut Rng, ty: &TensorType, int_bound: u64) -> Tensor {
     let data = (0..ty.numel())
         .map(|_| match ty.dtype {
-            DType::F32 => (rng.nonzero(-2.0, 2.0) as f32) as f64,
+            DType::F32 | DType::F16 => ty.dtype.round(rng.nonzero(-2.0, 2.0)),
             DType::I32 => rng.below(int_bound) as f64,
         })
         .collect();

@@ -219,6 +219,12 @@ impl Bounds<'_> {
                 let from = input(0);
                 match g.ty(node.outputs[0]).dtype {
                     DType::F32 => from,
+                    // rounding is monotonic: the bounds' roundings bound the rounded values
+                    DType::F16 => Range {
+                        lo: DType::F16.round(from.lo),
+                        hi: DType::F16.round(from.hi),
+                        nan: from.nan,
+                    },
                     // toward zero, saturating; NaN becomes 0
                     DType::I32 => {
                         let clamp = |v: f64| v.trunc().clamp(i32::MIN as f64, i32::MAX as f64);
@@ -391,7 +397,7 @@ impl Bounds<'_> {
                         index_bound: Some((req.hi + 1.0).max(0.0) as u64),
                         at_least: None,
                     },
-                    DType::F32 => Contract {
+                    DType::F32 | DType::F16 => Contract {
                         index_bound: None,
                         at_least: Some(req.lo),
                     },

@@ -33,6 +33,18 @@ pub enum CompileError {
     /// A setting from the environment that names nothing.
     #[error("{what}: expected one of {expected}")]
     Setting { what: String, expected: String },
+    /// The target cannot store a tensor of this dtype at the program's interface.
+    #[error(
+        "{role} `{name}` is {dtype}, and target `{target}` has no {dtype} storage\n  = help: \
+         {help}"
+    )]
+    Storage {
+        role: &'static str,
+        name: String,
+        dtype: sinter_ir::DType,
+        target: String,
+        help: String,
+    },
     #[error("internal compiler error: {0}")]
     Internal(String),
 }

@@ -145,6 +145,8 @@ pub struct Matmul {
     pub epilogue: Option<FusedKernel>,
     /// The block shape (the product's variant, [`crate::matmul::variant`]).
     pub tile: Tile,
+    /// The dtype stored (f16 rounds the accumulated f32 sum once).
+    pub out_dtype: sinter_ir::DType,
 }
 
 /// The second pass of a split-K matmul ([`Matmul`] over K chunks):
@@ -160,6 +162,8 @@ pub struct SplitSum {
     /// The sum of the whole flash backward's `dQ` partial sums (one per group of key blocks),
     /// not of a split-K matmul's chunks: named `flash_dq_sum` in inspection.
     pub flash_dq: bool,
+    /// The dtype stored.
+    pub out_dtype: sinter_ir::DType,
 }
 
 /// The largest `|dO|` of each chunk of each batch entry's `[sq, dv]` slice

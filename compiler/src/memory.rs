@@ -20,7 +20,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt::Write;
 
-use sinter_ir::artifact::WORD_BYTES;
+use sinter_ir::artifact::Storage;
 
 use crate::error::CompileError;
 use crate::schedule::{BufferKind, Schedule};
@@ -40,6 +40,8 @@ pub struct MemoryPlan {
     pub placements: Vec<Placement>,
     /// Size in bytes of each arena.
     pub arenas: Vec<u64>,
+    /// What each arena stores (word arenas first).
+    pub storage: Vec<Storage>,
     /// Live interval `[first, last]` of each buffer, in step indices (`steps.len()` = after
     /// the last step).
     pub live: Vec<(u32, u32)>,
@@ -85,6 +87,9 @@ pub fn liveness(sched: &Schedule) -> Vec<(u32, u32)> {
     live.into_iter().map(|l| l.unwrap_or((end, end))).collect()
 }
 
+/// Plans every buffer of `sched`: each storage class ([`Storage`]: words, f16 halves) in arenas
+/// of its own, word arenas first; within a class, persistent buffers first, then the rest by
+/// liveness.
 pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileError> {
     let live = liveness(sched);
     let sizes: Vec<u64> = sched
@@ -102,12 +107,61 @@ pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileErr
         }
     }
     let mut placements: Vec<Option<Placement>> = vec![None; sizes.len()];
-    let mut arenas: Vec<u64> = Vec::new();
+    let (mut arenas, mut storage) = (Vec::new(), Vec::new());
+    for class in [Storage::Word, Storage::Half] {
+        let members: Vec<usize> = (0..sizes.len())
+            .filter(|&b| sched.buffers[b].storage == class)
+            .collect();
+        if members.is_empty() && class != Storage::Word {
+            continue;
+        }
+        let first = arenas.len() as u32;
+        let class_arenas =
+            place_class(sched, &members, &sizes, &live, max_binding, &mut placements);
+        for &b in &members {
+            if let Some(p) = placements[b].as_mut() {
+                p.arena += first;
+            }
+        }
+        storage.extend(std::iter::repeat_n(class, class_arenas.len()));
+        arenas.extend(class_arenas);
+    }
+    for (i, (&bytes, class)) in arenas.iter().zip(&storage).enumerate() {
+        let elements = bytes / class.bytes();
+        if elements > u32::MAX as u64 {
+            return Err(CompileError::IndexSpace { arena: i, elements });
+        }
+    }
+    let peak_bytes = arenas.iter().sum();
+    let lower_bound_bytes = lower_bound(&live, &sizes);
+    Ok(MemoryPlan {
+        placements: placements
+            .into_iter()
+            .map(|p| p.expect("every buffer placed"))
+            .collect(),
+        arenas,
+        storage,
+        live,
+        peak_bytes,
+        lower_bound_bytes,
+    })
+}
 
+/// Places the buffers `members` (one storage class) in arenas of their own, numbered from 0 in
+/// `placements`; returns the arenas' sizes (at least one arena).
+fn place_class(
+    sched: &Schedule,
+    members: &[usize],
+    sizes: &[u64],
+    live: &[(u32, u32)],
+    max_binding: u64,
+    placements: &mut [Option<Placement>],
+) -> Vec<u64> {
+    let mut arenas: Vec<u64> = Vec::new();
     // Persistent buffers first, in declaration order, stacked from the start of the arenas
     // (they are all live together, so no gap between them could be reused).
     let is_persistent = |b: usize| matches!(sched.buffers[b].kind, BufferKind::Persistent(_));
-    for b in (0..sizes.len()).filter(|&b| is_persistent(b)) {
+    for &b in members.iter().filter(|&&b| is_persistent(b)) {
         let size = aligned(sizes[b]);
         let arena = match arenas.last() {
             Some(&top) if top + size <= max_binding => arenas.len() - 1,
@@ -122,48 +176,33 @@ pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileErr
         });
         arenas[arena] += size;
     }
-    let rest: Vec<usize> = (0..sizes.len()).filter(|&b| !is_persistent(b)).collect();
+    let rest: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&b| !is_persistent(b))
+        .collect();
     let aligned_sizes: Vec<u64> = sizes.iter().map(|&s| aligned(s)).collect();
     let mut layout = Layout {
         sizes: &aligned_sizes,
-        live: &live,
+        live,
         max_binding,
-        placements,
+        placements: placements.to_vec(),
         arenas,
+        members: members.to_vec(),
     };
-    if overlapping_pairs(&rest, &live) <= GREEDY_PAIR_BUDGET_PER_BUFFER * rest.len() as u64 {
+    if overlapping_pairs(&rest, live) <= GREEDY_PAIR_BUDGET_PER_BUFFER * rest.len() as u64 {
         layout.greedy_by_size(rest);
     } else {
         layout.linear_scan(rest);
     }
-    let Layout {
-        placements,
-        mut arenas,
-        ..
-    } = layout;
+    for &b in members {
+        placements[b] = layout.placements[b];
+    }
+    let mut arenas = layout.arenas;
     if arenas.is_empty() {
         arenas.push(ALIGN);
     }
-    for (i, &bytes) in arenas.iter().enumerate() {
-        if bytes / WORD_BYTES > u32::MAX as u64 {
-            return Err(CompileError::IndexSpace {
-                arena: i,
-                elements: bytes / WORD_BYTES,
-            });
-        }
-    }
-    let peak_bytes = arenas.iter().sum();
-    let lower_bound_bytes = lower_bound(&live, &sizes);
-    Ok(MemoryPlan {
-        placements: placements
-            .into_iter()
-            .map(|p| p.expect("every buffer placed"))
-            .collect(),
-        arenas,
-        live,
-        peak_bytes,
-        lower_bound_bytes,
-    })
+    arenas
 }
 
 /// Greedy-by-size enumerates, for every buffer, the placed buffers whose lifetimes overlap its
@@ -181,6 +220,9 @@ struct Layout<'a> {
     max_binding: u64,
     placements: Vec<Option<Placement>>,
     arenas: Vec<u64>,
+    /// The buffers of the storage class being placed (others' placements are another class's
+    /// arenas).
+    members: Vec<usize>,
 }
 
 impl Layout<'_> {
@@ -198,8 +240,8 @@ impl Layout<'_> {
     fn greedy_by_size(&mut self, mut order: Vec<usize>) {
         order.sort_by_key(|&b| (std::cmp::Reverse(self.sizes[b]), self.live[b].0, b));
         let mut placed = PlacedIndex::new(self.live);
-        for (b, p) in self.placements.iter().enumerate() {
-            if p.is_some() {
+        for &b in &self.members {
+            if self.placements[b].is_some() {
                 placed.insert(b);
             }
         }
@@ -543,6 +585,7 @@ mod tests {
                 max_binding,
                 placements: vec![None; n],
                 arenas: Vec::new(),
+                members: (0..n).collect(),
             };
             if round % 2 == 0 {
                 layout.greedy_by_size((0..n).collect());

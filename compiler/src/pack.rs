@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use sinter_ir::artifact::{
     ArenaLayout, Artifact, AssignCopy, BufferPlacement, Dispatch, Kernel, MemoryReport,
-    Requirements, Role, TensorSlot, WORD_BYTES,
+    Requirements, Role, TensorSlot,
 };
 
 use crate::contracts::Contracts;
@@ -226,10 +226,12 @@ pub(crate) fn pack(
             AssignCopy {
                 target: graph.name_of(*target).to_string(),
                 source_arena: s.arena,
-                source_offset: s.offset + view.offset as u64 * WORD_BYTES,
+                source_offset: s.offset
+                    + view.offset as u64 * mem.storage[s.arena as usize].bytes(),
                 target_arena: t.arena,
                 target_offset: t.offset,
-                bytes: graph.ty(*target).size_bytes() as u64,
+                bytes: (graph.ty(*target).size_bytes() as u64)
+                    .next_multiple_of(sinter_ir::artifact::COPY_ALIGN),
             }
         })
         .collect();
@@ -255,8 +257,10 @@ pub(crate) fn pack(
         arenas: mem
             .arenas
             .iter()
-            .map(|&b| ArenaLayout {
+            .zip(&mem.storage)
+            .map(|(&b, &storage)| ArenaLayout {
                 size_bytes: arena_size(b),
+                storage,
             })
             .collect(),
         kernels,
@@ -322,7 +326,7 @@ fn tensor_slots(
             role: Role::Output,
             ty: o.ty.clone(),
             arena: p.arena,
-            offset: p.offset + o.view.offset as u64 * WORD_BYTES,
+            offset: p.offset + o.view.offset as u64 * mem.storage[p.arena as usize].bytes(),
             init: None,
             fill: None,
             index_bound: None,

@@ -13,12 +13,13 @@
 
 use std::collections::HashMap;
 
+use sinter_ir::artifact::Storage;
 use sinter_ir::types::contiguous_strides;
 use sinter_ir::{DType, Op, TensorType, key};
 
 use crate::error::CompileError;
 use crate::flash::FlashKind;
-use crate::fused::{Arg, Combine, Program, Scalar};
+use crate::fused::{Arg, Program, Scalar};
 use crate::kernel::*;
 use crate::kgraph::{KDef, KNode, KValueId, KernelGraph, KernelOp};
 use crate::layout::{BufferId, View};
@@ -37,6 +38,8 @@ pub enum BufferKind {
 #[derive(Clone, Debug)]
 pub struct Buffer {
     pub ty: TensorType,
+    /// How its elements are stored ([`storage`]).
+    pub storage: Storage,
     pub kind: BufferKind,
     /// Names of the values stored in it, for the arena map.
     pub label: String,
@@ -70,6 +73,37 @@ pub struct Schedule {
     pub updated_in_place: Vec<KValueId>,
 }
 
+/// How a value of `dtype` is stored on `target`: f16 values in f16 arenas where the target has
+/// f16 storage, else as f32 words holding f16 numbers; everything else in words.
+pub fn storage(dtype: DType, target: &crate::Target) -> Storage {
+    match dtype {
+        DType::F16 if target.features.f16 => Storage::Half,
+        DType::F16 | DType::F32 | DType::I32 => Storage::Word,
+    }
+}
+
+/// Refuses an f16 tensor at the program's interface (read or written by the caller, in the
+/// dtype's bytes) where the target stores f16 values as f32 words.
+fn interface_storage(
+    role: &'static str,
+    name: &str,
+    dtype: DType,
+    target: &crate::Target,
+) -> Result<(), CompileError> {
+    if dtype == DType::F16 && storage(dtype, target) != Storage::Half {
+        return Err(CompileError::Storage {
+            role,
+            name: name.to_string(),
+            dtype,
+            target: target.name.clone(),
+            help: "make it f32 and cast inside the program, or compile for a target with f16 \
+                   (`--target portable`)"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 /// Lowers `g` with `options`' target and forced variants.
 pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, CompileError> {
     let mut cx = Lowering {
@@ -81,6 +115,7 @@ pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, Comp
         target: &options.target,
         matmul: options.matmul,
         flash: options.flash,
+        widening: false,
         flash_scales: HashMap::new(),
     };
     for (i, value) in g.values.iter().enumerate() {
@@ -90,6 +125,12 @@ pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, Comp
             KDef::Param(_) | KDef::State(_) => BufferKind::Persistent(v),
             KDef::Node { .. } => continue,
         };
+        let role = if value.def == KDef::Input {
+            "input"
+        } else {
+            "param or state"
+        };
+        interface_storage(role, &value.name, value.ty.dtype, &options.target)?;
         let view = cx.new_buffer(value.ty.clone(), kind, &value.name);
         cx.views.insert(v, view);
     }
@@ -99,7 +140,8 @@ pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, Comp
         }
     }
     for (name, v) in &g.outputs {
-        let view = cx.contiguous_view(*v)?;
+        interface_storage("output", name, g.ty(*v).dtype, &options.target)?;
+        let view = cx.copyable_view(*v)?;
         cx.sched.outputs.push(OutputView {
             name: name.clone(),
             ty: g.ty(*v).clone(),
@@ -107,7 +149,7 @@ pub fn lower(g: &KernelGraph, options: &crate::Options) -> Result<Schedule, Comp
         });
     }
     for &(target, source) in &g.assigns {
-        let view = cx.contiguous_view(source)?;
+        let view = cx.copyable_view(source)?;
         cx.sched.assigns.push((target, view));
     }
     Ok(cx.sched)
@@ -147,6 +189,9 @@ struct Lowering<'g> {
     matmul: crate::matmul::Forced,
     /// What the flash kernels' variants may take.
     flash: crate::flash::variant::Choices,
+    /// Results of the node being lowered get f32 buffers where their type is f16
+    /// ([`Lowering::lower_widened`]).
+    widening: bool,
     /// The [`FlashScale`] of each `dO` (over a score batch) made so far: the dQ and dK/dV
     /// kernels share one.
     flash_scales: HashMap<(KValueId, Vec<usize>), View>,
@@ -157,6 +202,7 @@ impl Lowering<'_> {
         let id = BufferId(self.sched.buffers.len() as u32);
         let view = View::contiguous(id, &ty.shape);
         self.sched.buffers.push(Buffer {
+            storage: storage(ty.dtype, self.target),
             ty,
             kind,
             label: label.to_string(),
@@ -173,7 +219,94 @@ impl Lowering<'_> {
 
     fn temp(&mut self, v: KValueId) -> View {
         let value = self.g.value(v);
-        self.new_buffer(value.ty.clone(), BufferKind::Temp, &value.name)
+        let ty = if self.widening && value.ty.dtype == DType::F16 {
+            TensorType::f32(value.ty.shape.clone())
+        } else {
+            value.ty.clone()
+        };
+        self.new_buffer(ty, BufferKind::Temp, &value.name)
+    }
+
+    /// Whether `node`'s kernel reads and writes f32 only, so that f16 operands and results pass
+    /// through f32 copies ([`Lowering::lower_widened`]): convolution, pooling, gathers, their
+    /// backward kernels and the flash kernels. Fused kernels and matmuls read and write f16
+    /// themselves.
+    fn needs_f32(&self, node: &KNode) -> bool {
+        let kernel_is_f32 = match &node.op {
+            KernelOp::Flash(_) => true,
+            KernelOp::Epilogue(anchor, ..) => *anchor != Op::Matmul,
+            KernelOp::Fused(_) => false,
+            KernelOp::Ir(op, _) => matches!(
+                op,
+                Op::Conv2d
+                    | Op::MaxPool2d
+                    | Op::AvgPool2d
+                    | Op::Embedding
+                    | Op::Conv2dGradInput
+                    | Op::Conv2dGradWeight
+                    | Op::MaxPool2dGrad
+                    | Op::AvgPool2dGrad
+                    | Op::EmbeddingGrad
+                    | Op::SliceGrad
+            ),
+        };
+        kernel_is_f32
+            && node
+                .inputs
+                .iter()
+                .chain(&node.outputs)
+                .any(|&v| self.dtype(v) == DType::F16)
+    }
+
+    /// Lowers `node` as an f32 kernel: its f16 operands copied to f32 first, its f16 results
+    /// written as f32 and rounded into f16 buffers after (exactly the op's semantics on f16:
+    /// computed in f32, rounded once).
+    fn lower_widened(&mut self, node: &KNode) -> Result<(), CompileError> {
+        let label = node.sources.join("; ");
+        let mut saved = Vec::new();
+        for &v in &node.inputs {
+            if self.dtype(v) != DType::F16 || saved.iter().any(|&(s, _)| s == v) {
+                continue;
+            }
+            let half = self.view(v)?;
+            let ty = TensorType::f32(half.shape.clone());
+            let name = format!("{} (as f32)", self.g.name_of(v));
+            let wide = self.new_buffer(ty, BufferKind::Temp, &name);
+            self.copy(
+                &half,
+                DType::F32,
+                &wide,
+                format!("{label} (f16 operand to f32)"),
+            );
+            saved.push((v, self.views.insert(v, wide)));
+        }
+        self.widening = true;
+        let lowered = self.lower_node_kernel(node);
+        self.widening = false;
+        for (v, old) in saved {
+            match old {
+                Some(view) => self.views.insert(v, view),
+                None => self.views.remove(&v),
+            };
+        }
+        lowered?;
+        for &o in &node.outputs {
+            if self.dtype(o) != DType::F16 {
+                continue;
+            }
+            let Some(wide) = self.views.get(&o).cloned() else {
+                continue; // not computed: no reader needs it
+            };
+            let half = self.new_buffer(self.g.ty(o).clone(), BufferKind::Temp, self.g.name_of(o));
+            self.copy(
+                &wide,
+                DType::F16,
+                &half,
+                format!("{label} (f32 result to f16)"),
+            );
+            self.views.insert(o, half);
+        }
+        Ok(())
     }
 
     fn dtype(&self, v: KValueId) -> DType {
@@ -247,8 +380,27 @@ impl Lowering<'_> {
         Ok(out)
     }
 
+    /// A fused kernel copying `from` to `to` as `dtype` (`from`'s own buffer type, or another
+    /// float dtype: a conversion).
+    /// A contiguous view of `v` that starts on a [`COPY_ALIGN`] boundary, as buffer copies
+    /// (readbacks, assigns) need: an f16 view at an odd element is copied first.
+    ///
+    /// [`COPY_ALIGN`]: sinter_ir::artifact::COPY_ALIGN
+    fn copyable_view(&mut self, v: KValueId) -> Result<View, CompileError> {
+        let view = self.contiguous_view(v)?;
+        let bytes = self.sched.buffers[view.buffer.0 as usize].storage.bytes() as usize;
+        if (view.offset * bytes).is_multiple_of(sinter_ir::artifact::COPY_ALIGN as usize) {
+            return Ok(view);
+        }
+        let out = self.temp(v);
+        let label = format!("{} = copy", self.g.name_of(v));
+        self.copy(&view, self.dtype(v), &out, label);
+        Ok(out)
+    }
+
     fn copy(&mut self, from: &View, dtype: DType, to: &View, label: String) {
-        let ty = TensorType::new(dtype, from.shape.clone());
+        let from_dtype = self.sched.buffers[from.buffer.0 as usize].ty.dtype;
+        let ty = TensorType::new(from_dtype, from.shape.clone());
         let program = Program::map(&from.shape, Scalar::Cast(dtype), &[Arg::Operand(ty)], dtype);
         self.fused(program, vec![from.clone()], vec![to.clone()], label);
     }
@@ -296,19 +448,15 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// One elementwise primitive as a one-op program; constants and iotas are folded in.
-    fn elementwise(&mut self, node: &KNode, scalar: Scalar) -> Result<(), CompileError> {
-        let out = self.g.ty(node.outputs[0]).clone();
-        let args: Vec<Arg> = node
-            .inputs
-            .iter()
-            .map(|&v| Arg::Operand(self.g.ty(v).clone()))
-            .collect();
-        let program = Program::map(&out.shape, scalar, &args, out.dtype);
-        self.fused_node(node, program)
+    fn lower_node(&mut self, node: &KNode) -> Result<(), CompileError> {
+        if self.needs_f32(node) {
+            self.lower_widened(node)
+        } else {
+            self.lower_node_kernel(node)
+        }
     }
 
-    fn lower_node(&mut self, node: &KNode) -> Result<(), CompileError> {
+    fn lower_node_kernel(&mut self, node: &KNode) -> Result<(), CompileError> {
         let op = match &node.op {
             KernelOp::Fused(program) => return self.fused_node(node, (**program).clone()),
             KernelOp::Epilogue(anchor, _, program) => {
@@ -320,44 +468,21 @@ impl Lowering<'_> {
                 };
             }
             KernelOp::Flash(spec) => return self.flash(node, spec),
-            KernelOp::Ir(op, _) => *op,
+            KernelOp::Ir(op, attrs) => (*op, attrs),
         };
+        let (op, attrs) = op;
         let label = node.sources.join("; ");
         let out = node.outputs[0];
         let out_ty = self.g.ty(out).clone();
         use Op::*;
         match op {
-            _ if Scalar::of(op).is_some() => {
-                let scalar = if op == Gelu && node.attr(key::APPROXIMATE) == "tanh" {
-                    Scalar::GeluTanh
-                } else {
-                    Scalar::Op(op)
-                };
-                self.elementwise(node, scalar)?;
-            }
-            Cast => self.elementwise(node, Scalar::Cast(out_ty.dtype))?,
             // Folded into consumers; materialized by `view` if a non-elementwise op reads them.
             Constant | Iota => {}
-            Sum | Max | Min | Argmax => {
-                let x = node.inputs[0];
-                let shape = self.g.ty(x).shape.clone();
-                let (axes, keepdim, combine) = match op {
-                    Argmax => (
-                        vec![node.attr(key::AXIS)],
-                        node.attr(key::KEEPDIM),
-                        Combine::ArgMax,
-                    ),
-                    _ => (
-                        node.attr(key::AXES),
-                        node.attr(key::KEEPDIM),
-                        match op {
-                            Sum => Combine::Sum,
-                            Max => Combine::Max,
-                            _ => Combine::Min,
-                        },
-                    ),
-                };
-                let program = Program::reduction(&shape, &axes, keepdim, combine, DType::F32);
+            _ if Scalar::of(op).is_some() || matches!(op, Cast | Sum | Max | Min | Argmax) => {
+                let inputs: Vec<TensorType> =
+                    node.inputs.iter().map(|&v| self.g.ty(v).clone()).collect();
+                let program = Program::of_primitive(op, attrs, &inputs, &out_ty, false)
+                    .expect("elementwise ops, casts and reductions are one-op programs");
                 self.fused_node(node, program)?;
             }
             Reshape => {
@@ -571,6 +696,7 @@ impl Lowering<'_> {
                 out: dq,
                 epilogue: None,
                 flash_dq: true,
+                out_dtype: DType::F32,
             });
         }
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());
@@ -694,8 +820,16 @@ impl Lowering<'_> {
             sources: vec![label],
             ..node.clone()
         };
+        let out_dtype = self.dtype(out);
         if splits > 1 {
-            self.split_k(&step, splits, tile, (av, bv), out_view, epilogue);
+            self.split_k(
+                &step,
+                splits,
+                tile,
+                (av, bv),
+                (out_view, out_dtype),
+                epilogue,
+            );
         } else {
             let plan = crate::kernel::Matmul {
                 epilogue,
@@ -707,6 +841,7 @@ impl Lowering<'_> {
                 b: bv,
                 out: out_view,
                 tile,
+                out_dtype,
             };
             self.push_node(KernelPlan::Matmul(plan), &step);
         }
@@ -785,7 +920,7 @@ impl Lowering<'_> {
         splits: usize,
         tile: Tile,
         (a, b): (View, View),
-        out: View,
+        (out, out_dtype): (View, DType),
         epilogue: Option<FusedKernel>,
     ) {
         let rb = out.rank() - 2;
@@ -826,6 +961,7 @@ impl Lowering<'_> {
             b: chunked(&b, rb),
             out: partials.clone(),
             tile,
+            out_dtype: DType::F32,
         };
         self.push_node(KernelPlan::Matmul(plan), node);
         let sum = SplitSum {
@@ -833,6 +969,7 @@ impl Lowering<'_> {
             out,
             epilogue,
             flash_dq: false,
+            out_dtype,
         };
         self.push_node(KernelPlan::SplitSum(sum), node);
     }

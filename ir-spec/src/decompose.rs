@@ -25,6 +25,8 @@
 //! | `sgd`, `adam`, `adamw` | the update formulas of [`crate::interp`]'s optimizers |
 //!
 //! `mean` inside these (and `reduction="mean"`) divides by the count, as the interpreter does.
+//! An op on `f16` values is expanded on its operands cast to `f32`, and its results are cast
+//! back: it computes in `f32` and rounds once, as IR.md defines every op on `f16`.
 
 use crate::attr::{Attrs, key};
 use crate::expand::{Rebuild, rebuild_mapped};
@@ -55,8 +57,25 @@ pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
         if is_primitive(node.op) {
             return Ok(None);
         }
+        let half = node
+            .outputs
+            .iter()
+            .any(|&o| rb.old.ty(o).dtype == DType::F16);
         let mut b = Builder { rb };
-        b.expand(node, inputs).map(Some)
+        if !half {
+            return b.expand(node, inputs).map(Some);
+        }
+        // an op on f16 values computes in f32 and rounds its results once (IR.md)
+        let wide = inputs
+            .iter()
+            .map(|&v| b.cast_if(v, DType::F16, DType::F32))
+            .collect::<Result<Vec<_>>>()?;
+        let results = b.expand(node, &wide)?;
+        results
+            .into_iter()
+            .map(|r| b.cast_if(r, DType::F32, DType::F16))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     })
     .expect("the decomposition of a verified graph type-checks")
 }
@@ -75,6 +94,15 @@ impl Builder<'_, '_> {
 
     fn op(&mut self, op: Op, inputs: &[ValueId]) -> Result<ValueId> {
         self.rb.add(op, inputs, Attrs::new())
+    }
+
+    /// `v` cast to `to` where its dtype is `from`, else `v`.
+    fn cast_if(&mut self, v: ValueId, from: DType, to: DType) -> Result<ValueId> {
+        if self.rb.graph().ty(v).dtype != from {
+            return Ok(v);
+        }
+        self.rb
+            .add(Op::Cast, &[v], Attrs::new().and(key::DTYPE, to))
     }
 
     fn c(&mut self, value: f64) -> Result<ValueId> {

@@ -266,6 +266,50 @@ impl Cx<'_> {
         Err(err)
     }
 
+    /// The float dtype that the operands `ops` compute in (IR.md, "Element types"): each must be
+    /// a float; the tensors among them (rank 1 or more) must share one float dtype, which the
+    /// rank-0 floats take on (scalars do not widen a computation, as in PyTorch); operands all
+    /// of rank 0 compute in f16 only if every one is f16.
+    fn float_dtype(&self, ops: &[usize]) -> Result<DType> {
+        for &i in ops {
+            let t = self.input(i);
+            if !t.dtype.is_float() {
+                let slot = self.spec.operand_slot(i).name;
+                return Err(operand_err(
+                    i,
+                    format!(
+                        "`{}` needs a float (f32 or f16) for `{slot}`, got {t}",
+                        self.name()
+                    ),
+                )
+                .hint("convert with cast(x, dtype=\"f32\")"));
+            }
+        }
+        let mut tensors = ops.iter().copied().filter(|&i| !self.input(i).is_scalar());
+        if let Some(first) = tensors.next() {
+            let dtype = self.input(first).dtype;
+            if let Some(other) = tensors.find(|&i| self.input(i).dtype != dtype) {
+                return Err(operand_err(
+                    other,
+                    format!(
+                        "`{}` mixes {dtype} and {} tensors ({} and {})",
+                        self.name(),
+                        self.input(other).dtype,
+                        self.input(first),
+                        self.input(other)
+                    ),
+                )
+                .hint(format!("cast one of them, e.g. cast(x, dtype=\"{dtype}\")")));
+            }
+            return Ok(dtype);
+        }
+        Ok(if ops.iter().all(|&i| self.input(i).dtype == DType::F16) {
+            DType::F16
+        } else {
+            DType::F32
+        })
+    }
+
     fn expect_rank(&self, i: usize, rank: usize, layout: &str) -> Result<()> {
         let t = self.input(i);
         if t.rank() == rank {
@@ -378,17 +422,19 @@ impl Cx<'_> {
         match op {
             Neg | Abs | Exp | Log | Sqrt | Rsqrt | Reciprocal | Square | Relu | Sigmoid | Tanh
             | Silu | Sin | Cos | Gelu => {
-                self.expect_dtype(0, DType::F32)?;
+                self.float_dtype(&[0])?;
                 one(self.input(0).clone())
             }
             Add | Sub | Mul | Div | Pow | Maximum | Minimum => {
-                self.expect_dtype(0, DType::F32)?;
-                self.expect_dtype(1, DType::F32)?;
-                one(TensorType::f32(self.broadcast_all(&[0, 1])?))
+                let dtype = self.float_dtype(&[0, 1])?;
+                one(TensorType::new(dtype, self.broadcast_all(&[0, 1])?))
             }
             Eq | Lt | Le | Gt | Ge => {
                 let (a, b) = (self.input(0), self.input(1));
-                if a.dtype != b.dtype {
+                let floats = a.dtype.is_float() && b.dtype.is_float();
+                if floats {
+                    self.float_dtype(&[0, 1])?;
+                } else if a.dtype != b.dtype {
                     return Err(operand_err(
                         1,
                         format!(
@@ -404,6 +450,10 @@ impl Cx<'_> {
             }
             Where => {
                 let (a, b) = (self.input(1), self.input(2));
+                if a.dtype.is_float() && b.dtype.is_float() {
+                    let dtype = self.float_dtype(&[1, 2])?;
+                    return one(TensorType::new(dtype, self.broadcast_all(&[0, 1, 2])?));
+                }
                 if a.dtype != b.dtype {
                     return Err(operand_err(
                         2,
@@ -417,14 +467,17 @@ impl Cx<'_> {
                 one(TensorType::new(dtype, self.broadcast_all(&[0, 1, 2])?))
             }
             Sum | Mean | Max | Min | Logsumexp => {
-                self.expect_dtype(0, DType::F32)?;
+                let dtype = self.float_dtype(&[0])?;
                 let shape = self.input(0).shape.clone();
                 let axes = self.reduce_axes(shape.len())?;
                 let keepdim = self.attrs.of(key::KEEPDIM);
-                one(TensorType::f32(reduced_shape(&shape, &axes, keepdim)))
+                one(TensorType::new(
+                    dtype,
+                    reduced_shape(&shape, &axes, keepdim),
+                ))
             }
             Argmax => {
-                self.expect_dtype(0, DType::F32)?;
+                self.float_dtype(&[0])?;
                 let shape = self.input(0).shape.clone();
                 let axis = self.axis_attr(key::AXIS, shape.len())?;
                 let keepdim = self.attrs.of(key::KEEPDIM);
@@ -537,7 +590,7 @@ impl Cx<'_> {
             }
             Matmul => self.matmul(),
             Softmax | LogSoftmax => {
-                self.expect_dtype(0, DType::F32)?;
+                self.float_dtype(&[0])?;
                 let t = self.input(0).clone();
                 if t.is_scalar() {
                     return Err(operand_err(
@@ -549,10 +602,9 @@ impl Cx<'_> {
                 one(t)
             }
             LayerNorm | RmsNorm => {
-                for i in 0..self.inputs.len() {
-                    self.expect_dtype(i, DType::F32)?;
-                }
-                let t = self.input(0).clone();
+                let all: Vec<usize> = (0..self.inputs.len()).collect();
+                let dtype = self.float_dtype(&all)?;
+                let t = TensorType::new(dtype, self.input(0).shape.clone());
                 let Some(&last) = t.shape.last() else {
                     return Err(operand_err(
                         0,
@@ -566,10 +618,8 @@ impl Cx<'_> {
                 one(t)
             }
             GroupNorm => {
-                for i in 0..3 {
-                    self.expect_dtype(i, DType::F32)?;
-                }
-                let t = self.input(0).clone();
+                let dtype = self.float_dtype(&[0, 1, 2])?;
+                let t = TensorType::new(dtype, self.input(0).shape.clone());
                 if t.rank() < 2 {
                     return Err(operand_err(
                         0,
@@ -592,7 +642,7 @@ impl Cx<'_> {
             Conv2d => self.conv2d(),
             MaxPool2d | AvgPool2d => self.pool2d(),
             Embedding => {
-                self.expect_dtype(0, DType::F32)?;
+                let dtype = self.float_dtype(&[0])?;
                 self.expect_dtype(1, DType::I32)?;
                 let table = self.input(0);
                 if table.rank() != 2 {
@@ -603,62 +653,58 @@ impl Cx<'_> {
                 }
                 let mut shape = self.input(1).shape.clone();
                 shape.push(table.shape[1]);
-                one(TensorType::f32(shape))
+                one(TensorType::new(dtype, shape))
             }
             CrossEntropy => {
-                self.expect_dtype(0, DType::F32)?;
+                let dtype = self.float_dtype(&[0])?;
                 self.expect_dtype(1, DType::I32)?;
                 self.expect_rank(0, 2, "[N, C]")?;
                 let n = self.input(0).shape[0];
                 self.expect_shape(1, &[n], "one class index per row of logits")?;
-                one(TensorType::f32(self.loss_shape(vec![n])))
+                one(TensorType::new(dtype, self.loss_shape(vec![n])))
             }
             MseLoss => {
-                self.expect_dtype(0, DType::F32)?;
-                self.expect_dtype(1, DType::F32)?;
+                let dtype = self.float_dtype(&[0, 1])?;
                 let shape = self.input(0).shape.clone();
                 self.expect_shape(1, &shape, "the same shape as `a`")?;
-                one(TensorType::f32(self.loss_shape(shape)))
+                one(TensorType::new(dtype, self.loss_shape(shape)))
             }
             Conv2dGradInput => {
                 let input = self.positive_ints(key::INPUT_SHAPE, 1)?;
-                self.expect_dtype(0, DType::F32)?;
-                self.expect_dtype(1, DType::F32)?;
+                let dtype = self.float_dtype(&[0, 1])?;
                 let w = self.input(1).shape.clone();
                 self.check_conv_groups(&input, &w)?;
                 let forward = self.conv2d_output(&input, &w)?;
                 self.expect_shape(0, &forward, "the conv2d output for input_shape")?;
-                one(TensorType::f32(input))
+                one(TensorType::new(dtype, input))
             }
             Conv2dGradWeight => {
                 let weight = self.positive_ints(key::WEIGHT_SHAPE, 1)?;
-                self.expect_dtype(0, DType::F32)?;
-                self.expect_dtype(1, DType::F32)?;
+                let dtype = self.float_dtype(&[0, 1])?;
                 self.expect_rank(0, 4, "[N, C, H, W]")?;
                 let x = self.input(0).shape.clone();
                 self.check_conv_groups(&x, &weight)?;
                 let forward = self.conv2d_output(&x, &weight)?;
                 self.expect_shape(1, &forward, "the conv2d output for x and weight_shape")?;
-                one(TensorType::f32(weight))
+                one(TensorType::new(dtype, weight))
             }
             MaxPool2dGrad => {
-                self.expect_dtype(0, DType::F32)?;
-                self.expect_dtype(1, DType::F32)?;
+                let dtype = self.float_dtype(&[0, 1])?;
                 self.expect_rank(0, 4, "[N, C, H, W]")?;
                 let x = self.input(0).shape.clone();
                 let forward = self.pool_output(&x)?;
                 self.expect_shape(1, &forward, "the max_pool2d output of x")?;
-                one(TensorType::f32(x))
+                one(TensorType::new(dtype, x))
             }
             AvgPool2dGrad => {
                 let input = self.positive_ints(key::INPUT_SHAPE, 1)?;
-                self.expect_dtype(0, DType::F32)?;
+                let dtype = self.float_dtype(&[0])?;
                 let forward = self.pool_output(&input)?;
                 self.expect_shape(0, &forward, "the avg_pool2d output for input_shape")?;
-                one(TensorType::f32(input))
+                one(TensorType::new(dtype, input))
             }
             EmbeddingGrad => {
-                self.expect_dtype(0, DType::F32)?;
+                let dtype = self.float_dtype(&[0])?;
                 self.expect_dtype(1, DType::I32)?;
                 let (dy, ids) = (self.input(0).clone(), self.input(1).clone());
                 let rows = self.int(key::NUM_EMBEDDINGS);
@@ -674,7 +720,10 @@ impl Cx<'_> {
                         format!("`dy` must be ids.shape + [D] = {ids}+[D], got {dy}"),
                     ));
                 }
-                one(TensorType::f32(vec![rows as usize, dy.shape[ids.rank()]]))
+                one(TensorType::new(
+                    dtype,
+                    vec![rows as usize, dy.shape[ids.rank()]],
+                ))
             }
             SliceGrad => {
                 let shape = self.positive_ints(key::SHAPE, 1)?;
@@ -718,7 +767,7 @@ impl Cx<'_> {
                     .hint("reduce the loss first, e.g. with mean(...) or sum(...)"));
                 }
                 for i in 1..self.inputs.len() {
-                    self.expect_dtype(i, DType::F32)?;
+                    self.float_dtype(&[i])?;
                 }
                 Ok(self.inputs[1..].to_vec())
             }
@@ -911,8 +960,7 @@ impl Cx<'_> {
     }
 
     fn matmul(&self) -> Result<Vec<TensorType>> {
-        self.expect_dtype(0, DType::F32)?;
-        self.expect_dtype(1, DType::F32)?;
+        let dtype = self.float_dtype(&[0, 1])?;
         let (a, b) = (self.input(0), self.input(1));
         if a.is_scalar() || b.is_scalar() {
             let i = if a.is_scalar() { 0 } else { 1 };
@@ -947,13 +995,12 @@ impl Cx<'_> {
         if b.rank() >= 2 {
             shape.push(b.shape[b.rank() - 1]);
         }
-        Ok(vec![TensorType::f32(shape)])
+        Ok(vec![TensorType::new(dtype, shape)])
     }
 
     fn conv2d(&mut self) -> Result<Vec<TensorType>> {
-        for i in 0..self.inputs.len() {
-            self.expect_dtype(i, DType::F32)?;
-        }
+        let all: Vec<usize> = (0..self.inputs.len()).collect();
+        let dtype = self.float_dtype(&all)?;
         self.expect_rank(0, 4, "[N, C, H, W]")?;
         self.expect_rank(1, 4, "[O, C/groups, kH, kW]")?;
         let (x, w) = (self.input(0).clone(), self.input(1).clone());
@@ -981,7 +1028,8 @@ impl Cx<'_> {
         if self.inputs.len() == 3 {
             self.expect_shape(2, &[o], "one bias per output channel")?;
         }
-        Ok(vec![TensorType::f32(
+        Ok(vec![TensorType::new(
+            dtype,
             self.conv2d_output(&x.shape, &w.shape)?,
         )])
     }
@@ -1040,7 +1088,7 @@ impl Cx<'_> {
     }
 
     fn pool2d(&mut self) -> Result<Vec<TensorType>> {
-        self.expect_dtype(0, DType::F32)?;
+        let dtype = self.float_dtype(&[0])?;
         self.expect_rank(0, 4, "[N, C, H, W]")?;
         let x = self.input(0).clone();
         let kernel = self.window_ints(key::KERNEL, 1)?;
@@ -1050,7 +1098,7 @@ impl Cx<'_> {
                 Attr::ints(&kernel.iter().map(|&k| k as i64).collect::<Vec<_>>()),
             );
         }
-        Ok(vec![TensorType::f32(self.pool_output(&x.shape)?)])
+        Ok(vec![TensorType::new(dtype, self.pool_output(&x.shape)?)])
     }
 
     /// Output extents of pooling an `[N, C, H, W]` input.
@@ -1084,9 +1132,7 @@ impl Cx<'_> {
     }
 
     fn attention(&mut self) -> Result<Vec<TensorType>> {
-        for i in 0..3 {
-            self.expect_dtype(i, DType::F32)?;
-        }
+        let dtype = self.float_dtype(&[0, 1, 2])?;
         self.expect_rank(0, 4, "[batch, heads, seq, head_dim]")?;
         self.expect_rank(1, 4, "[batch, heads, seq, head_dim]")?;
         self.expect_rank(2, 4, "[batch, heads, seq, head_dim]")?;
@@ -1103,7 +1149,7 @@ impl Cx<'_> {
         if self.inputs.len() == 4 {
             let m = self.input(3).clone();
             if mask_kind == "additive" {
-                self.expect_dtype(3, DType::F32)?;
+                self.float_dtype(&[0, 3])?;
             }
             if !broadcasts_to(&m.shape, &[b, h, sq, sk]) {
                 return Err(operand_err(
@@ -1124,7 +1170,7 @@ impl Cx<'_> {
                 "window must be 0 (no window) or positive",
             ));
         }
-        Ok(vec![TensorType::f32(vec![b, h, sq, v.shape[3]])])
+        Ok(vec![TensorType::new(dtype, vec![b, h, sq, v.shape[3]])])
     }
 
     fn sgd(&mut self) -> Result<Vec<TensorType>> {

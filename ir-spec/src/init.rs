@@ -18,8 +18,9 @@
 //!   becomes `mean + std · z`.
 //! - **`zeros`, `ones`, `full(v)`.** Every element 0, 1 or `v`.
 //!
-//! Values are computed in f64; a consumer storing f32 rounds each to nearest. For an i32 tensor
-//! each value is converted as `cast` does (truncation toward zero).
+//! Values are computed in f64; a consumer storing f32 rounds each to nearest, and an f16 tensor's
+//! values are rounded to f16 here. For an i32 tensor each value is converted as `cast` does
+//! (truncation toward zero).
 
 pub use sinter_artifact::init::*;
 
@@ -32,6 +33,8 @@ pub fn initial_value(ty: &TensorType, init: &Init) -> Tensor {
         .map(|v| match ty.dtype {
             DType::F32 => v,
             DType::I32 => (v as i32) as f64,
+            // an f16 tensor holds f16 numbers (its arithmetic is not f16: IR.md)
+            DType::F16 => DType::F16.round(v),
         })
         .collect();
     Tensor::new(ty.clone(), data)

@@ -25,8 +25,10 @@ fn inputs(g: &Graph, rng: &mut Rng, classes: usize, special: bool) -> HashMap<St
                 ty.shape.clone(),
                 (0..n).map(|_| rng.below(classes) as i64).collect(),
             ),
-            DType::F32 => {
-                let mut data: Vec<f64> = (0..n).map(|_| rng.nonzero() * 2.0).collect();
+            DType::F32 | DType::F16 => {
+                let mut data: Vec<f64> = (0..n)
+                    .map(|_| ty.dtype.round(rng.nonzero() * 2.0))
+                    .collect();
                 if special {
                     for x in data.iter_mut() {
                         match rng.below(21) {
@@ -37,7 +39,7 @@ fn inputs(g: &Graph, rng: &mut Rng, classes: usize, special: bool) -> HashMap<St
                         }
                     }
                 }
-                Tensor::f32(ty.shape.clone(), data)
+                Tensor::new(ty.clone(), data)
             }
         };
         feed.insert(g.name_of(v).to_string(), t);

@@ -27,7 +27,10 @@ pub enum RuntimeError {
     BadSwitch { name: &'static str, value: String },
     #[error("the artifact needs the device feature {feature}, which wgpu does not know")]
     UnknownFeature { feature: String },
-    #[error("the artifact needs the device feature {feature}, which adapter `{adapter}` lacks")]
+    #[error(
+        "the artifact needs the device feature {feature}, which adapter `{adapter}` lacks{}",
+        feature_hint(feature)
+    )]
     MissingFeature { feature: String, adapter: String },
     #[error("the artifact needs {limit} >= {required}, but adapter `{adapter}` offers {available}")]
     LimitTooLow {
@@ -150,5 +153,18 @@ fn role_name(role: Role) -> &'static str {
         Role::Output => "an output",
         Role::Param => "a param",
         Role::State => "a state",
+    }
+}
+
+/// How to compile an artifact that does without `feature` (for [`RuntimeError::MissingFeature`]).
+fn feature_hint(feature: &str) -> &'static str {
+    if feature.starts_with("EXPERIMENTAL_COOPERATIVE_MATRIX") {
+        "; compile without --tensor-cores, for a target without cooperative matrices \
+         (`--target portable`)"
+    } else if feature == "SHADER_F16" {
+        "; compile for a target without f16 storage (`sinter compile --target browser`), \
+         whose artifacts keep f16 values in f32 words"
+    } else {
+        ""
     }
 }

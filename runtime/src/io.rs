@@ -1,7 +1,7 @@
 //! Host tensors and their files: `.npy` for single tensors, safetensors for named sets (weights).
 //!
-//! sinter tensors are f32 or i32 in C order. Readers also accept what numpy writes by default for
-//! Python floats and ints (`<f8`, `<i8`) and narrow them with a check; everything else (big-endian
+//! sinter tensors are f32, f16 or i32 in C order. Readers also accept what numpy writes by
+//! default for Python floats and ints (`<f8`, `<i8`) and narrow them with a check; everything else (big-endian
 //! data, Fortran order, other dtypes, structured arrays) is rejected with a message that names the
 //! file and what it found.
 //!
@@ -20,6 +20,7 @@ use sinter_ir::interp::Tensor;
 pub enum TensorData {
     F32(Vec<f32>),
     I32(Vec<i32>),
+    F16(Vec<half::f16>),
 }
 
 impl TensorData {
@@ -27,6 +28,7 @@ impl TensorData {
         match self {
             TensorData::F32(v) => v.len(),
             TensorData::I32(v) => v.len(),
+            TensorData::F16(v) => v.len(),
         }
     }
 
@@ -38,6 +40,16 @@ impl TensorData {
         match self {
             TensorData::F32(_) => DType::F32,
             TensorData::I32(_) => DType::I32,
+            TensorData::F16(_) => DType::F16,
+        }
+    }
+
+    /// Every element as an f64 (exact for every dtype).
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
+            TensorData::F16(v) => v.iter().map(|&x| f64::from(x)).collect(),
         }
     }
 }
@@ -66,17 +78,32 @@ impl HostTensor {
         }
     }
 
+    pub fn f16(shape: Vec<usize>, data: Vec<half::f16>) -> HostTensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        HostTensor {
+            shape,
+            data: TensorData::F16(data),
+        }
+    }
+
     pub fn ty(&self) -> TensorType {
         TensorType::new(self.data.dtype(), self.shape.clone())
     }
 
-    /// Converts an interpreter tensor: f64 rounds to the nearest f32; i32 values are exact in f64.
+    /// Converts an interpreter tensor: f64 rounds to the nearest f32 (f16); i32 values are exact
+    /// in f64.
     /// (Feature `interp`, which links the IR crate for its interpreter.)
     #[cfg(feature = "interp")]
     pub fn from_interp(t: &Tensor) -> HostTensor {
         let data = match t.ty.dtype {
             DType::F32 => TensorData::F32(t.data.iter().map(|&v| v as f32).collect()),
             DType::I32 => TensorData::I32(t.data.iter().map(|&v| v as i32).collect()),
+            DType::F16 => TensorData::F16(
+                t.data
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v as f32))
+                    .collect(),
+            ),
         };
         HostTensor {
             shape: t.ty.shape.clone(),
@@ -86,13 +113,9 @@ impl HostTensor {
 
     #[cfg(feature = "interp")]
     pub fn to_interp(&self) -> Tensor {
-        let data = match &self.data {
-            TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-            TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-        };
         Tensor {
             ty: self.ty(),
-            data,
+            data: self.data.to_f64(),
         }
     }
 
@@ -101,6 +124,7 @@ impl HostTensor {
         match &self.data {
             TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     }
 
@@ -118,6 +142,12 @@ impl HostTensor {
         let data = match ty.dtype {
             DType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
             DType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
+            DType::F16 => TensorData::F16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
         };
         Ok(HostTensor {
             shape: ty.shape.clone(),
@@ -202,7 +232,7 @@ pub enum IoError {
 // .npy
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
-const NPY_SUPPORTED: &str = "'<f4' and '<i4' (and '<f8', '<i8', converted)";
+const NPY_SUPPORTED: &str = "'<f4', '<f2' and '<i4' (and '<f8', '<i8', converted)";
 
 /// The element encodings sinter reads from `.npy`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -211,11 +241,13 @@ enum NpyDType {
     I4,
     F8,
     I8,
+    F2,
 }
 
 impl NpyDType {
     fn size(self) -> u64 {
         match self {
+            NpyDType::F2 => 2,
             NpyDType::F4 | NpyDType::I4 => 4,
             NpyDType::F8 | NpyDType::I8 => 8,
         }
@@ -261,7 +293,8 @@ pub fn npy_from_bytes(path: &Path, bytes: &[u8]) -> Result<HostTensor, IoError> 
         "<i4" => NpyDType::I4,
         "<f8" => NpyDType::F8,
         "<i8" => NpyDType::I8,
-        d if d.starts_with('>') && matches!(&d[1..], "f4" | "i4" | "f8" | "i8") => {
+        "<f2" => NpyDType::F2,
+        d if d.starts_with('>') && matches!(&d[1..], "f4" | "i4" | "f8" | "i8" | "f2") => {
             return Err(IoError::BigEndian {
                 path: path.to_path_buf(),
                 found: d.to_string(),
@@ -305,6 +338,11 @@ pub fn npy_from_bytes(path: &Path, bytes: &[u8]) -> Result<HostTensor, IoError> 
         .collect::<Result<Vec<usize>, IoError>>()?;
 
     let data = match dtype {
+        NpyDType::F2 => TensorData::F16(
+            data.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
         NpyDType::F4 => TensorData::F32(
             data.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -372,12 +410,13 @@ fn describe_npy_dtype(descr: &str) -> &'static str {
     }
 }
 
-/// Encodes `t` as a version 1.0 `.npy` file (`<f4` or `<i4`, C order); `path` names the file
-/// in errors.
+/// Encodes `t` as a version 1.0 `.npy` file (`<f4`, `<f2` or `<i4`, C order); `path` names the
+/// file in errors.
 pub fn npy_to_bytes(path: &Path, t: &HostTensor) -> Result<Vec<u8>, IoError> {
     let descr = match t.data.dtype() {
         DType::F32 => "<f4",
         DType::I32 => "<i4",
+        DType::F16 => "<f2",
     };
     let type_str: npyz::TypeStr = descr.parse().expect("a valid numpy type string");
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
@@ -396,6 +435,15 @@ pub fn npy_to_bytes(path: &Path, t: &HostTensor) -> Result<Vec<u8>, IoError> {
             }
             TensorData::I32(v) => {
                 let mut w = npyz::WriteOptions::<i32>::new()
+                    .dtype(npyz::DType::Plain(type_str))
+                    .shape(&shape)
+                    .writer(bytes)
+                    .begin_nd()?;
+                w.extend(v.iter().copied())?;
+                w.finish()
+            }
+            TensorData::F16(v) => {
+                let mut w = npyz::WriteOptions::<half::f16>::new()
                     .dtype(npyz::DType::Plain(type_str))
                     .shape(&shape)
                     .writer(bytes)
@@ -661,6 +709,7 @@ pub fn safetensors_from_bytes(
         let ty = match view.dtype() {
             Dtype::F32 => TensorType::f32(view.shape().to_vec()),
             Dtype::I32 => TensorType::i32(view.shape().to_vec()),
+            Dtype::F16 => TensorType::new(DType::F16, view.shape().to_vec()),
             other => {
                 return Err(IoError::SafetensorsDType {
                     path: path.to_path_buf(),
@@ -681,8 +730,8 @@ pub fn safetensors_from_bytes(
     Ok(out)
 }
 
-/// Encodes named tensors as a safetensors file (F32 / I32, little-endian); `path` names the
-/// file in errors.
+/// Encodes named tensors as a safetensors file (F32 / F16 / I32, little-endian); `path` names
+/// the file in errors.
 pub fn safetensors_to_bytes(
     path: &Path,
     tensors: &[(String, HostTensor)],
@@ -697,6 +746,7 @@ pub fn safetensors_to_bytes(
         let dtype = match t.data.dtype() {
             DType::F32 => Dtype::F32,
             DType::I32 => Dtype::I32,
+            DType::F16 => Dtype::F16,
         };
         let view =
             TensorView::new(dtype, t.shape.clone(), data).map_err(|e| IoError::BadTensor {

@@ -35,7 +35,7 @@ impl Packing {
         for (i, t) in artifact.tensors.iter().enumerate() {
             if keep(t.role) {
                 p.slots.push((i, p.bytes));
-                p.bytes = p.bytes.saturating_add(t.size_bytes());
+                p.bytes = p.bytes.saturating_add(t.copy_bytes());
             }
         }
         p
@@ -260,7 +260,7 @@ mod tests {
         Artifact {
             graph: "g".into(),
             requirements: Requirements::default(),
-            arenas: vec![ArenaLayout { size_bytes: 62 }],
+            arenas: vec![ArenaLayout::words(62)],
             kernels: vec![kernel("a"), kernel("b"), kernel("unused")],
             dispatches: vec![dispatch(0, 4), dispatch(1, 12), dispatch(0, 5)],
             tensors: vec![
@@ -323,7 +323,7 @@ mod tests {
             bytes: 8,
         };
         let mut a = artifact();
-        a.arenas.push(ArenaLayout { size_bytes: 64 });
+        a.arenas.push(ArenaLayout::words(64));
         let across = |mut c: AssignCopy| {
             c.target_arena = 1;
             c

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 use sinter_artifact::Init;
+use sinter_artifact::artifact::COPY_ALIGN;
 use sinter_artifact::artifact::{Artifact, Role, TensorSlot, WORD_BYTES};
 
 use crate::device::{AdapterChoice, Gpu, declared_limits};
@@ -201,7 +202,7 @@ impl Session {
                     let arena = &arenas[t.arena as usize];
                     if let Some((off, len)) = t.init.filter(|&(_, len)| len > 0) {
                         let bytes = &artifact.blob[off as usize..(off + len) as usize];
-                        gpu.queue.write_buffer(arena, t.offset, bytes);
+                        gpu.queue.write_buffer(arena, t.offset, &padded(bytes));
                     }
                     // buffers start zeroed (unless poisoned), so a zeros initializer costs
                     // nothing
@@ -209,7 +210,7 @@ impl Session {
                         && t.size_bytes() > 0
                     {
                         let bytes = sinter_artifact::init::initial_bytes(&t.ty, fill);
-                        gpu.queue.write_buffer(arena, t.offset, &bytes);
+                        gpu.queue.write_buffer(arena, t.offset, &padded(&bytes));
                     }
                 }
                 let some = |n: u64| n > 0;
@@ -511,7 +512,7 @@ impl Session {
             let t = &self.artifact.tensors[i];
             if t.role == Role::Output && read.contains(&t.name.as_str()) {
                 packing.slots.push((i, packing.bytes));
-                packing.bytes += t.size_bytes();
+                packing.bytes += t.copy_bytes();
             }
         }
         Ok(packing)
@@ -602,7 +603,7 @@ impl Session {
             for &(i, offset) in &self.plan.inputs.slots {
                 let t = &self.artifact.tensors[i];
                 let arena = &self.arenas[t.arena as usize];
-                copy(encoder, upload, offset, arena, t.offset, t.size_bytes());
+                copy(encoder, upload, offset, arena, t.offset, t.copy_bytes());
             }
         }
         match timer {
@@ -639,7 +640,7 @@ impl Session {
             for &(i, offset) in &read.slots {
                 let t = &self.artifact.tensors[i];
                 let arena = &self.arenas[t.arena as usize];
-                copy(encoder, arena, t.offset, readback, offset, t.size_bytes());
+                copy(encoder, arena, t.offset, readback, offset, t.copy_bytes());
             }
         }
         let assigns = &self.artifact.assigns;
@@ -730,7 +731,7 @@ impl Session {
                         });
                 for &(i, offset) in &packing.slots {
                     let t = &self.artifact.tensors[i];
-                    let n = t.size_bytes();
+                    let n = t.copy_bytes();
                     if n > 0 {
                         let arena = &self.arenas[t.arena as usize];
                         encoder.copy_buffer_to_buffer(arena, t.offset, &buffer, offset, n);
@@ -755,7 +756,7 @@ impl Session {
         let i = self.persistent_slot(name)?;
         let packing = Packing {
             slots: vec![(i, 0)],
-            bytes: self.artifact.tensors[i].size_bytes(),
+            bytes: self.artifact.tensors[i].copy_bytes(),
         };
         let mut read = self.read_slots(&packing).await?;
         Ok(read.remove(0).1)
@@ -789,7 +790,9 @@ impl Session {
             let bytes = le_bytes(&t.data);
             if !bytes.is_empty() {
                 let arena = &self.arenas[slot.arena as usize];
-                self.gpu.queue.write_buffer(arena, slot.offset, &bytes);
+                self.gpu
+                    .queue
+                    .write_buffer(arena, slot.offset, &padded(&bytes));
             }
         }
         match self.gpu.take_uncaptured() {
@@ -844,15 +847,15 @@ fn check_contract(slot: &TensorSlot, t: &HostTensor) -> Result<(), RuntimeError>
                 });
             }
         }
-        TensorData::F32(values) => {
+        TensorData::F32(_) | TensorData::F16(_) => {
             if let Some(minimum) = slot.at_least
-                && let Some((position, &value)) = (values.iter().enumerate())
-                    .find(|&(_, &v)| v.is_nan() || f64::from(v) < minimum)
+                && let Some((position, value)) = (t.data.to_f64().into_iter().enumerate())
+                    .find(|&(_, v)| v.is_nan() || v < minimum)
             {
                 return Err(RuntimeError::BelowMinimum {
                     name: slot.name.clone(),
                     position,
-                    value,
+                    value: value as f32,
                     minimum,
                 });
             }
@@ -875,17 +878,31 @@ fn check_tensor(name: &str, t: &HostTensor) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// `bytes` padded with zeros to a multiple of [`COPY_ALIGN`] (a write's size must be one; the
+/// padding lands in the tensor's own last word: `TensorSlot::copy_bytes`).
+fn padded(bytes: &[u8]) -> Cow<'_, [u8]> {
+    if bytes.len().is_multiple_of(COPY_ALIGN as usize) {
+        Cow::Borrowed(bytes)
+    } else {
+        let mut v = bytes.to_vec();
+        v.resize(bytes.len().next_multiple_of(COPY_ALIGN as usize), 0);
+        Cow::Owned(v)
+    }
+}
+
 /// The elements as little-endian bytes, without a copy on little-endian hosts.
 fn le_bytes(data: &TensorData) -> Cow<'_, [u8]> {
     if cfg!(target_endian = "little") {
         match data {
             TensorData::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             TensorData::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            TensorData::F16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         }
     } else {
         Cow::Owned(match data {
             TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         })
     }
 }

@@ -49,9 +49,7 @@ fn chain(d: u32) -> Artifact {
     Artifact {
         graph: format!("chain{d}"),
         requirements: Requirements::default(),
-        arenas: vec![ArenaLayout {
-            size_bytes: 8 * u64::from(N),
-        }],
+        arenas: vec![ArenaLayout::words(8 * u64::from(N))],
         kernels: vec![Kernel {
             name: "inc".into(),
             pattern: "elementwise".into(),

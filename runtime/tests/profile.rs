@@ -67,9 +67,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
     Artifact {
         graph: "chain".into(),
         requirements: Requirements::default(),
-        arenas: vec![ArenaLayout {
-            size_bytes: 8 * u64::from(N),
-        }],
+        arenas: vec![ArenaLayout::words(8 * u64::from(N))],
         kernels: vec![
             kernel("inc", "elementwise", unary("+ 1.0")),
             kernel("double", "scale", unary("* 2.0")),

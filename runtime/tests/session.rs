@@ -116,7 +116,7 @@ fn artifact(arena_bytes: &[u64]) -> Artifact {
         requirements: Requirements::default(),
         arenas: arena_bytes
             .iter()
-            .map(|&size_bytes| ArenaLayout { size_bytes })
+            .map(|&size_bytes| ArenaLayout::words(size_bytes))
             .collect(),
         kernels: vec![],
         dispatches: vec![],

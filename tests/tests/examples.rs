@@ -71,12 +71,13 @@ fn examples_evaluate_to_finite_outputs() {
                 ValueDef::Input => {
                     let n = value.ty.numel();
                     let data = match value.ty.dtype {
-                        DType::F32 => (0..n)
+                        DType::F32 | DType::F16 => (0..n)
                             .map(|_| {
                                 state = state
                                     .wrapping_mul(6364136223846793005)
                                     .wrapping_add(1442695040888963407);
-                                (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+                                let x = (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+                                value.ty.dtype.round(x)
                             })
                             .collect(),
                         DType::I32 => vec![0.0; n],

@@ -30,7 +30,7 @@ fn check(src: &str, inputs: &[(&str, Tensor)], tol: f64) {
     for (name, got, want) in gpu_and_interpreter(&graph, &inputs, &Default::default()) {
         let want = match want.ty.dtype {
             sinter_ir::DType::F32 => round_to_f32(&want.data),
-            sinter_ir::DType::I32 => want.data,
+            sinter_ir::DType::I32 | sinter_ir::DType::F16 => want.data,
         };
         let err = relative_error(&got.data, &want);
         assert!(
@@ -252,7 +252,7 @@ fn an_all_nan_batch_gives_a_nan_loss() {
     for v in graph.inputs() {
         let value = graph.value(v);
         let t = match value.ty.dtype {
-            sinter_ir::DType::F32 => Tensor::full(value.ty.clone(), NAN),
+            sinter_ir::DType::F32 | sinter_ir::DType::F16 => Tensor::full(value.ty.clone(), NAN),
             sinter_ir::DType::I32 => Tensor::full(value.ty.clone(), 1.0),
         };
         inputs.insert(value.name.clone(), t);

@@ -107,7 +107,7 @@ fn both_forms_of_row_reductions_agree_with_the_interpreter() {
             for (name, expected) in &want {
                 let want = match expected.ty.dtype {
                     DType::F32 => round_to_f32(&expected.data),
-                    DType::I32 => expected.data.clone(),
+                    DType::I32 | DType::F16 => expected.data.clone(),
                 };
                 let err = relative_error(&got[name].data, &want);
                 let tol = if expected.ty.dtype == DType::I32 {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use sinter_ir::artifact::Role;
 use sinter_ir::{DType, TensorType};
-use sinter_runtime::io::{HostTensor, TensorData, write_npy};
+use sinter_runtime::io::{HostTensor, write_npy};
 
 use crate::console;
 use crate::error::CliError;
@@ -36,17 +36,14 @@ pub fn report(outputs: &[(String, HostTensor)], dir: Option<&Path>) -> Result<()
 }
 
 fn values(t: &HostTensor) -> Vec<f64> {
-    match &t.data {
-        TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-        TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-    }
+    t.data.to_f64()
 }
 
 /// `name: type  mean=… min=… max=…`, or `name: f32[] = v` for a scalar.
 pub fn summary(name: &str, ty: &TensorType, data: Vec<f64>) -> String {
     let fmt = |v: f64| match ty.dtype {
         DType::I32 => format!("{v}"),
-        DType::F32 => format!("{v:.6}"),
+        DType::F32 | DType::F16 => format!("{v:.6}"),
     };
     if data.len() == 1 && ty.is_scalar() {
         return format!("{name}: {ty} = {}", fmt(data[0]));

@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sinter_ir::TensorType;
 use sinter_ir::artifact::{Artifact, Role};
 use sinter_runtime::Session;
-use sinter_runtime::io::{HostTensor, TensorData};
+use sinter_runtime::io::HostTensor;
 
 use crate::error::CliError;
 use crate::feeds::{self, Feed};
@@ -382,10 +382,7 @@ fn progress_bar(steps: u64) -> ProgressBar {
 }
 
 fn scalar(t: &HostTensor) -> f64 {
-    match &t.data {
-        TensorData::F32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
-        TensorData::I32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
-    }
+    t.data.to_f64().first().copied().unwrap_or(f64::NAN)
 }
 
 /// The CSV loss log: `step,loss,elapsed_s`, one row per loss read, flushed as it goes.

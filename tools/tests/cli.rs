@@ -62,14 +62,18 @@ fn make(shape: &[usize], fill: Fill, rng: &mut Rng) -> HostTensor {
 fn f32_data(t: &HostTensor) -> &[f32] {
     match &t.data {
         TensorData::F32(v) => v,
-        TensorData::I32(_) => panic!("expected an f32 tensor, got {}", t.ty()),
+        TensorData::I32(_) | TensorData::F16(_) => {
+            panic!("expected an f32 tensor, got {}", t.ty())
+        }
     }
 }
 
 fn i32_data(t: &HostTensor) -> &[i32] {
     match &t.data {
         TensorData::I32(v) => v,
-        TensorData::F32(_) => panic!("expected an i32 tensor, got {}", t.ty()),
+        TensorData::F32(_) | TensorData::F16(_) => {
+            panic!("expected an i32 tensor, got {}", t.ty())
+        }
     }
 }
 

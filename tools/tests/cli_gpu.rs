@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sinter_ir::DType;
-use sinter_runtime::io::{HostTensor, TensorData, read_npy, write_npy, write_safetensors};
+use sinter_runtime::io::{HostTensor, read_npy, write_npy, write_safetensors};
 
 mod common;
 use common::{ok, sinter, sinter_env};
@@ -82,6 +82,10 @@ fn write_inputs(sir: &Path, dir: &Path, seed: u64) -> Vec<String> {
                 ty.shape.to_vec(),
                 (0..n).map(|_| rng.below(INT_BOUND)).collect(),
             ),
+            DType::F16 => HostTensor::f16(
+                ty.shape.to_vec(),
+                (0..n).map(|_| half::f16::from_f32(rng.signed())).collect(),
+            ),
         };
         let path = dir.join(format!("{name}.npy"));
         write_npy(&path, &t).unwrap();
@@ -91,10 +95,7 @@ fn write_inputs(sir: &Path, dir: &Path, seed: u64) -> Vec<String> {
 }
 
 fn values(t: &HostTensor) -> Vec<f64> {
-    match &t.data {
-        TensorData::F32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-        TensorData::I32(v) => v.iter().map(|&x| f64::from(x)).collect(),
-    }
+    t.data.to_f64()
 }
 
 /// Largest |got - want| relative to the largest |want| (or absolute below 1).

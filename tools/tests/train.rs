@@ -51,14 +51,14 @@ fn loss_log(path: &Path) -> Vec<(u64, f64, f64)> {
 fn f32s(t: &HostTensor) -> &[f32] {
     match &t.data {
         TensorData::F32(v) => v,
-        TensorData::I32(_) => panic!("expected f32, got {}", t.ty()),
+        TensorData::I32(_) | TensorData::F16(_) => panic!("expected f32, got {}", t.ty()),
     }
 }
 
 fn i32s(t: &HostTensor) -> &[i32] {
     match &t.data {
         TensorData::I32(v) => v,
-        TensorData::F32(_) => panic!("expected i32, got {}", t.ty()),
+        TensorData::F32(_) | TensorData::F16(_) => panic!("expected i32, got {}", t.ty()),
     }
 }
 

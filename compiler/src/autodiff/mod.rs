@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use sinter_ir::expand::{Rebuild, rebuild};
-use sinter_ir::{Blame, DType, Graph, GraphError, Node, NodeId, Op, OpClass, TypeError, ValueId};
+use sinter_ir::{Blame, Graph, GraphError, Node, NodeId, Op, OpClass, TypeError, ValueId};
 
 use emit::Emit;
 use rules::Site;
@@ -129,11 +129,11 @@ struct Tape {
 }
 
 /// Whether a gradient flows from `node`'s result into its operand `i`: the op table's
-/// `differentiable` flag (`cast` counts, being the identity from f32 to f32), both sides f32.
+/// `differentiable` flag (`cast` counts between floats), both sides floats (f32 or f16).
 fn carries(g: &Graph, node: &Node, i: usize) -> bool {
     let declared = node.op.spec().operand_slot(i).differentiable;
-    let f32 = |v: ValueId| g.ty(v).dtype == DType::F32;
-    declared && f32(node.inputs[i]) && node.outputs.iter().all(|&o| f32(o))
+    let float = |v: ValueId| g.ty(v).dtype.is_float();
+    declared && float(node.inputs[i]) && node.outputs.iter().all(|&o| float(o))
 }
 
 /// `grad` results and optimizer steps have no gradient; a loss that depends on one is an error.

@@ -253,8 +253,18 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
             }
             Ok(grads)
         }
-        // f32 to f32 is the identity; casts to or from i32 carry no gradient
-        Cast => Ok(vec![want_then(s, 0, || Ok(dy))?]),
+        // between floats the gradient is cast back (the identity from f32 to f32); casts to or
+        // from i32 carry no gradient
+        Cast => {
+            let from = e.ty(s.x[0]).dtype;
+            Ok(vec![want_then(s, 0, || {
+                if e.ty(dy).dtype == from {
+                    Ok(dy)
+                } else {
+                    e.op(Cast, &[dy], Attrs::new().and(key::DTYPE, from))
+                }
+            })?])
+        }
 
         Matmul => matmul(e, s),
 
@@ -719,7 +729,11 @@ fn cross_entropy(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         Attrs::new().and(key::DTYPE, sinter_ir::DType::F32),
     )?;
     let label = e.reshape(label, &[n, 1])?;
-    let onehot = e.compare(Op::Eq, classes, label)?;
+    let mut onehot = e.compare(Op::Eq, classes, label)?;
+    let dtype = e.ty(logits).dtype;
+    if dtype != sinter_ir::DType::F32 {
+        onehot = e.op(Op::Cast, &[onehot], Attrs::new().and(key::DTYPE, dtype))?;
+    }
     let d = e.sub(p, onehot)?;
     let scale = match s.attrs().of(key::REDUCTION) {
         "mean" => e.scale(dy, 1.0 / n as f64)?,

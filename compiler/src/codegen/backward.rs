@@ -1,6 +1,7 @@
 //! Kernels for the backward primitives autodiff emits. All are gathers — each output element
 //! (or segment of threads) sums what flows into it — because WGSL has no float atomics.
 
+use sinter_ir::artifact::Storage;
 use std::fmt::Write;
 
 use super::conv::{advance_window, bind_view, header, window_loop};
@@ -382,7 +383,7 @@ fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3],
     writeln!(
         s,
         "        let hit = pos < len && {} == i32(v);",
-        load(&ids, &id_addr, DType::I32)
+        load(&ids, &id_addr, DType::I32, Storage::Word)
     )
     .unwrap();
     writeln!(s, "        hits[lid] = select(0u, 1u, hit);").unwrap();
@@ -451,7 +452,7 @@ fn emit_scatter_add_scan(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], 
     let (id_addr, dy_addr) = scatter_addresses(k, "k1");
     let body = format!(
         "if ({} == i32(k0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
-        load(&ids, &id_addr, DType::I32)
+        load(&ids, &id_addr, DType::I32, Storage::Word)
     );
     let per_thread = (len as u64).div_ceil(u64::from(seg));
     let combine = u64::from(seg.trailing_zeros());

@@ -1,6 +1,7 @@
 //! Window and gather kernels: conv2d, pooling, embedding. One thread per output element; the
 //! loops over a receptive field have trip counts read from the param block.
 
+use sinter_ir::artifact::Storage;
 use std::fmt::Write;
 
 use super::{
@@ -265,7 +266,12 @@ pub fn emit_gather(e: &mut Emitter, k: &Gather) -> (String, [u32; 3], u32) {
         write!(o_addr, " + c{axis} * o_s{axis}").unwrap();
     }
     let d = rank - 1;
-    writeln!(s, "    let id = {};", load(&ids, &id_addr, DType::I32)).unwrap();
+    writeln!(
+        s,
+        "    let id = {};",
+        load(&ids, &id_addr, DType::I32, Storage::Word)
+    )
+    .unwrap();
     writeln!(s, "    var v = {NAN};").unwrap();
     writeln!(s, "    if (id >= 0i && u32(id) < {vocab}) {{ v = {t}[t_base + u32(id) * t_s0 + c{d} * t_s1]; }}").unwrap();
     writeln!(s, "    {o}[{o_addr}] = v;").unwrap();

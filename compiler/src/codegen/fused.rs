@@ -207,7 +207,8 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
 
     fn operand_load(&mut self, o: usize) -> String {
         let (arena, addr) = self.address(&self.p.operands[o].clone(), &self.k.operands[o].clone());
-        load(&arena, &addr, self.p.operands[o].dtype)
+        let storage = self.e.storage(self.k.operands[o].buffer);
+        load(&arena, &addr, self.p.operands[o].dtype, storage)
     }
 
     /// The WGSL expression of instruction `i` (its arguments bound as `v{arg}`).
@@ -215,7 +216,13 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         let v = |a: &u32| format!("v{a}");
         match &self.p.insts[i] {
             Inst::Load(0) if self.product_operand.is_some() => {
-                self.product_operand.clone().expect("checked")
+                let product = self.product_operand.clone().expect("checked");
+                if self.p.operands[0].dtype == DType::F16 {
+                    // an f16 product is the f32 sum rounded once (IR.md)
+                    format!("round_f16({product})")
+                } else {
+                    product
+                }
             }
             Inst::Load(o) => self.operand_load(*o as usize),
             // From the param block, not a literal: drivers fold arithmetic on literals without
@@ -228,6 +235,8 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                 (from, to) if from == *to => v(&args[0]),
                 (_, DType::I32) => format!("f32_to_i32({})", v(&args[0])),
                 (_, DType::F32) => format!("f32({})", v(&args[0])),
+                // f16 values live in f32 registers, rounded to f16 numbers
+                (_, DType::F16) => format!("round_f16(f32({}))", v(&args[0])),
             },
             Inst::Map(Scalar::GeluTanh, args) => gelu_tanh(&v(&args[0])),
             Inst::Map(Scalar::Op(op), args) => {
@@ -336,7 +345,14 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
     fn store_output(&mut self, o: usize) -> String {
         let out = self.p.outputs[o].clone();
         let (arena, addr) = self.address(&out.access, &self.k.outputs[o].clone());
-        store(&arena, &addr, &format!("v{}", out.value), out.access.dtype)
+        let storage = self.e.storage(self.k.outputs[o].buffer);
+        store(
+            &arena,
+            &addr,
+            &format!("v{}", out.value),
+            out.access.dtype,
+            storage,
+        )
     }
 
     fn emit_map(&mut self) -> (String, [u32; 3], u32) {

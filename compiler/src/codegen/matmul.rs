@@ -17,7 +17,9 @@
 
 use std::fmt::Write;
 
-use super::{ENTRY_ARGS, Emitter, LOOP_BUDGET, MAX_GROUPS, WORKGROUP, decompose, grid};
+use super::{ENTRY_ARGS, Emitter, LOOP_BUDGET, MAX_GROUPS, WORKGROUP, decompose, grid, store};
+use sinter_ir::DType;
+use sinter_ir::artifact::Storage;
 use sinter_ir::artifact::WORD_BYTES;
 
 use crate::CompileError;
@@ -144,6 +146,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         vec: a_vec,
         count: la,
         arena: arena_a,
+        half: e.storage(k.a.buffer) == Storage::Half,
     };
     let b_op = Staged {
         reg: "pb",
@@ -158,6 +161,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         vec: b_vec,
         count: lb,
         arena: arena_b,
+        half: e.storage(k.b.buffer) == Storage::Half,
     };
     for op in [&a_op, &b_op] {
         let ty = if op.vec { "vec4<f32>" } else { "f32" };
@@ -197,10 +201,12 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         }
         None => slot.to_string(),
     };
+    let (out_dtype, out_storage) = (k.out_dtype, e.storage(k.out.buffer));
+    let put = |addr: &str, v: &str| super::store(&arena_o, addr, v, out_dtype, out_storage);
     if quads {
-        quad_write(&mut s, t, &arena_o, &value);
+        quad_write(&mut s, t, &put, &value);
     } else {
-        scalar_write(&mut s, &arena_o, &value);
+        scalar_write(&mut s, &put, &value);
     }
     writeln!(s, "}}").unwrap();
     let shared = (sa * bk + bk * sb) * WORD_BYTES as u32;
@@ -222,8 +228,11 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
         && e.element_start(k.partials.buffer, k.partials.offset)
             .is_multiple_of(4)
         && k.partials.is_contiguous();
-    let dense_out =
-        quads && out.is_contiguous() && e.element_start(out.buffer, out.offset).is_multiple_of(4);
+    let (out_dtype, out_storage) = (k.out_dtype, e.storage(out.buffer));
+    let dense_out = quads
+        && out_dtype == DType::F32
+        && out.is_contiguous()
+        && e.element_start(out.buffer, out.offset).is_multiple_of(4);
     e.loop_trips(splits as u64);
     let mut s = String::new();
     if let Some(epi) = &k.epilogue {
@@ -295,15 +304,23 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
         if quads {
             for j in 0..4 {
                 let v = value(&format!("acc[{j}]"), &format!("{last} + {j}u"));
+                let at = format!("{addr} + ({last} + {j}u) * {last_stride}");
                 writeln!(
                     s,
-                    "    {arena_o}[{addr} + ({last} + {j}u) * {last_stride}] = {v};"
+                    "    {}",
+                    store(&arena_o, &at, &v, out_dtype, out_storage)
                 )
                 .unwrap();
             }
         } else {
             let v = value("acc", &last);
-            writeln!(s, "    {arena_o}[{addr} + {last} * {last_stride}] = {v};").unwrap();
+            let at = format!("{addr} + {last} * {last_stride}");
+            writeln!(
+                s,
+                "    {}",
+                store(&arena_o, &at, &v, out_dtype, out_storage)
+            )
+            .unwrap();
         }
     }
     writeln!(s, "}}").unwrap();
@@ -319,6 +336,7 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
 /// loads scalars.
 fn vec4_loads(e: &Emitter, view: &View, unit: usize, per_thread: u32) -> bool {
     e.quad_aliases()
+        && e.storage(view.buffer) == Storage::Word
         && per_thread.is_multiple_of(4)
         && view.strides[unit] == 1
         && view.shape[unit] >= 4
@@ -349,6 +367,8 @@ struct Staged {
     count: u32,
     /// The arena binding it is read through (`array<vec4<f32>>` when `vec`).
     arena: String,
+    /// The arena holds f16 halves (read as f32).
+    half: bool,
 }
 
 impl Staged {
@@ -427,10 +447,15 @@ impl Staged {
             } else {
                 format!("{xin} && {kin}")
             };
+            let element = if self.half {
+                format!("f32({}[{index}])", self.arena)
+            } else {
+                format!("{}[{index}]", self.arena)
+            };
             writeln!(
                 s,
-                "{indent}    {}[e] = select({zero}, {}[{index}], {inside});\n{indent}}}",
-                self.reg, self.arena
+                "{indent}    {}[e] = select({zero}, {element}, {inside});\n{indent}}}",
+                self.reg
             )
             .unwrap();
         }
@@ -524,7 +549,10 @@ fn scalar_product(s: &mut String, t: Tile, unrolled: bool) {
     }
 }
 
-fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
+/// `put(address, value)`: the statement that stores an output element.
+type Put<'a> = dyn Fn(&str, &str) -> String + 'a;
+
+fn scalar_write(s: &mut String, put: &Put, value: &dyn Fn(&str) -> String) {
     s.push_str(
         "    for (var i = 0u; i < TM; i = i + 1u) {
         let gm = row0 + ty + i * (BM / TM);
@@ -533,11 +561,8 @@ fn scalar_write(s: &mut String, arena_o: &str, value: &dyn Fn(&str) -> String) {
 ",
     );
     let v = value("acc[i * TN + j]").replace("GN", "gn");
-    writeln!(
-        s,
-        "            if (gm < M && gn < N) {{ {arena_o}[o_base + gm * o_s0 + gn * o_s1] = {v}; }}"
-    )
-    .unwrap();
+    let store = put("o_base + gm * o_s0 + gn * o_s1", &v);
+    writeln!(s, "            if (gm < M && gn < N) {{ {store} }}").unwrap();
     s.push_str("        }\n    }\n");
 }
 
@@ -585,7 +610,7 @@ fn quad_product(s: &mut String, t: Tile, unrolled: bool, sa: u32, sb: u32) {
     }
 }
 
-fn quad_write(s: &mut String, t: Tile, arena_o: &str, value: &dyn Fn(&str) -> String) {
+fn quad_write(s: &mut String, t: Tile, put: &Put, value: &dyn Fn(&str) -> String) {
     let (hm, hn) = (t.tm / 4, t.tn / 4);
     for r in 0..t.tm {
         writeln!(
@@ -605,11 +630,8 @@ fn quad_write(s: &mut String, t: Tile, arena_o: &str, value: &dyn Fn(&str) -> St
             .unwrap();
             writeln!(s, "        for (var j = 0u; j < 4u; j = j + 1u) {{").unwrap();
             let v = value(&format!("acc[{slot}][j]")).replace("GN", &format!("gn{q} + j"));
-            writeln!(
-                s,
-                "            if (gm < M && gn{q} + j < N) {{ {arena_o}[o_base + gm * o_s0 + (gn{q} + j) * o_s1] = {v}; }}"
-            )
-            .unwrap();
+            let store = put(&format!("o_base + gm * o_s0 + (gn{q} + j) * o_s1"), &v);
+            writeln!(s, "            if (gm < M && gn{q} + j < N) {{ {store} }}").unwrap();
             writeln!(s, "        }}").unwrap();
         }
         writeln!(s, "    }}").unwrap();

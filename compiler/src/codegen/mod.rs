@@ -23,7 +23,7 @@ pub mod numerics;
 use std::fmt::Write;
 
 use sinter_ir::DType;
-use sinter_ir::artifact::WORD_BYTES;
+use sinter_ir::artifact::Storage;
 
 use crate::kernel::KernelPlan;
 use crate::layout::BufferId;
@@ -63,6 +63,9 @@ pub struct KernelSource {
 pub const COOPERATIVE_FEATURES: &[&str] =
     &["EXPERIMENTAL_COOPERATIVE_MATRIX", "SHADER_F16", "SUBGROUP"];
 
+/// The wgpu features of a kernel that binds an f16 arena.
+pub const HALF_FEATURES: &[&str] = &["SHADER_F16"];
+
 pub use crate::target::LOOP_BUDGET;
 
 /// Writes the WGSL of one kernel for `target` (the plan's variants are chosen already; the
@@ -82,6 +85,7 @@ pub fn emit(
         loop_iterations: 0,
         address_words: Vec::new(),
         quads: Vec::new(),
+        storage: Vec::new(),
         subgroup_body: None,
         indices_in_range: false,
         cooperative: false,
@@ -116,6 +120,8 @@ pub struct Emitter<'m> {
     address_words: Vec<[u32; 2]>,
     /// Per arena binding: whether it is a `vec4<f32>` alias.
     quads: Vec<bool>,
+    /// Per arena binding: what the arena stores.
+    storage: Vec<Storage>,
     /// Whether `vec4<f32>` aliases may be bound ([`crate::target::Features::quad_aliases`]).
     quad_aliases: bool,
     /// The body's form with subgroup operations, when the kernel has one (same params and
@@ -194,7 +200,13 @@ impl Emitter<'_> {
     /// The element offset in its arena of element `offset` of `buffer` (what [`Emitter::base`]
     /// puts in the param block), for alignment checks at compile time.
     pub fn element_start(&self, buffer: BufferId, offset: usize) -> usize {
-        self.mem.placements[buffer.0 as usize].offset as usize / WORD_BYTES as usize + offset
+        let p = self.mem.placements[buffer.0 as usize];
+        p.offset as usize / self.mem.storage[p.arena as usize].bytes() as usize + offset
+    }
+
+    /// What the arena holding `buffer` stores.
+    pub fn storage(&self, buffer: BufferId) -> Storage {
+        self.mem.storage[self.mem.placements[buffer.0 as usize].arena as usize]
     }
 
     /// The arena binding slot (0-based, after the param block) that holds `buffer`.
@@ -209,8 +221,13 @@ impl Emitter<'_> {
         match found {
             Some(i) => i,
             None => {
+                debug_assert!(
+                    !quads || self.mem.storage[arena as usize] == Storage::Word,
+                    "vec4<f32> aliases of word arenas only"
+                );
                 self.arenas.push(arena);
                 self.quads.push(quads);
+                self.storage.push(self.mem.storage[arena as usize]);
                 self.arenas.len() - 1
             }
         }
@@ -239,10 +256,10 @@ impl Emitter<'_> {
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
     pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
-        let start = (self.mem.placements[buffer.0 as usize].offset / WORD_BYTES) as usize;
+        let start = self.element_start(buffer, offset);
         let slot = self.arena_slot(buffer) as u32;
         self.address_words.push([self.params.len() as u32, slot]);
-        self.param(start + offset)
+        self.param(start)
     }
 
     fn finish(
@@ -268,17 +285,21 @@ impl Emitter<'_> {
         // one structure share the text.
         let vec4s = self.params.len().div_ceil(PARAM_WORDS_PER_VEC).max(1);
         let mut head = String::new();
+        let half = self.storage.contains(&Storage::Half);
+        if self.cooperative || half {
+            head.push_str("enable f16;\n");
+        }
         if self.cooperative {
-            head.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n");
+            head.push_str("enable wgpu_cooperative_matrix;\n");
         }
         writeln!(head, "// sinter kernel: {pattern}").unwrap();
         writeln!(head, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
         writeln!(head, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
         for i in 0..self.arenas.len() {
-            let (name, ty) = if self.quads[i] {
-                (format!("arena{i}q"), "vec4<f32>")
-            } else {
-                (format!("arena{i}"), "f32")
+            let (name, ty) = match (self.quads[i], self.storage[i]) {
+                (true, _) => (format!("arena{i}q"), "vec4<f32>"),
+                (false, Storage::Word) => (format!("arena{i}"), "f32"),
+                (false, Storage::Half) => (format!("arena{i}"), "f16"),
             };
             writeln!(
                 head,
@@ -309,6 +330,8 @@ impl Emitter<'_> {
             indices_in_range: self.indices_in_range,
             features: if self.cooperative {
                 COOPERATIVE_FEATURES
+            } else if half {
+                HALF_FEATURES
             } else {
                 &[]
             },
@@ -416,19 +439,25 @@ pub fn address(base: &str, prefix: &str, strides: &[String]) -> String {
     s
 }
 
-/// WGSL that loads one element of `dtype` from `arena[addr]`.
-pub fn load(arena: &str, addr: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => format!("{arena}[{addr}]"),
-        DType::I32 => format!("bitcast<i32>({arena}[{addr}])"),
+/// WGSL that loads one element of `dtype` from `arena[addr]`, an arena of `storage`: an f32
+/// (an i32 as such; an f16 number as an f32).
+pub fn load(arena: &str, addr: &str, dtype: DType, storage: Storage) -> String {
+    match (dtype, storage) {
+        (DType::F32, _) | (DType::F16, Storage::Word) => format!("{arena}[{addr}]"),
+        (DType::I32, _) => format!("bitcast<i32>({arena}[{addr}])"),
+        (DType::F16, Storage::Half) => format!("f32({arena}[{addr}])"),
     }
 }
 
-/// WGSL statement that stores `value` of `dtype` to `arena[addr]`.
-pub fn store(arena: &str, addr: &str, value: &str, dtype: DType) -> String {
-    match dtype {
-        DType::F32 => format!("{arena}[{addr}] = {value};"),
-        DType::I32 => format!("{arena}[{addr}] = bitcast<f32>({value});"),
+/// WGSL statement that stores `value` (an f32, or an i32) of `dtype` to `arena[addr]`, an arena
+/// of `storage`: an f16 value is rounded to f16 first ([`numerics`]' `round_f16`), so that the
+/// stored number is the same whatever the arena and the driver's conversion.
+pub fn store(arena: &str, addr: &str, value: &str, dtype: DType, storage: Storage) -> String {
+    match (dtype, storage) {
+        (DType::F32, _) => format!("{arena}[{addr}] = {value};"),
+        (DType::I32, _) => format!("{arena}[{addr}] = bitcast<f32>({value});"),
+        (DType::F16, Storage::Word) => format!("{arena}[{addr}] = round_f16({value});"),
+        (DType::F16, Storage::Half) => format!("{arena}[{addr}] = f16(round_f16({value}));"),
     }
 }
 

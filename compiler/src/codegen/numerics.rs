@@ -36,6 +36,18 @@ const HELPERS: &[Helper] = &[
         uses: &[],
         wgsl: "fn is_inf_f32(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u; }\n",
     },
+    // x rounded to the nearest f16 number, ties to even, as an f32 (IR.md, "Element types"):
+    // WGSL leaves the rounding of a conversion to f16 (and `pack2x16float`'s handling of values
+    // past f16's range) to the implementation, so the rounding is spelled out on the bits.
+    // Normal results keep 10 of the 23 fraction bits (adding just under half an ulp, plus one
+    // where the kept part is odd, then truncating); from 65520 up the result is infinite;
+    // below f16's smallest normal (2^-14) it is a multiple of 2^-24, which `round` (ties to
+    // even) gives exactly; NaN and infinity pass through.
+    Helper {
+        name: "round_f16",
+        uses: &[],
+        wgsl: "fn round_f16(x: f32) -> f32 {\n    let bits = bitcast<u32>(x);\n    let a = bits & 0x7fffffffu;\n    let sign = bits & 0x80000000u;\n    if (a >= 0x7f800000u) { return x; }\n    if (a >= 0x477ff000u) { return bitcast<f32>(sign | 0x7f800000u); }\n    if (a < 0x38800000u) {\n        let q = round(bitcast<f32>(a) * 16777216.0) * 5.9604644775390625e-8;\n        return bitcast<f32>(sign | bitcast<u32>(q));\n    }\n    let r = a + 0xfffu + ((a >> 13u) & 1u);\n    return bitcast<f32>(sign | (r & 0xffffe000u));\n}\n",
+    },
     // The larger of a and b; NaN when either is NaN (torch.maximum, amax, max pooling).
     Helper {
         name: "max_nan",

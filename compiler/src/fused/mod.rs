@@ -368,7 +368,11 @@ impl Program {
             outputs: Vec::new(),
         };
         let ids: Vec<u32> = args.iter().map(|a| p.arg(a, shape)).collect();
-        let value = p.push(Inst::Map(scalar, ids));
+        let mut value = p.push(Inst::Map(scalar, ids));
+        if out == DType::F16 && scalar != Scalar::Cast(DType::F16) {
+            // an op on f16 values rounds its result once (IR.md)
+            value = p.push(Inst::Map(Scalar::Cast(DType::F16), vec![value]));
+        }
         p.outputs.push(Output {
             value,
             access: broadcast_access(out, shape, shape),
@@ -430,15 +434,88 @@ impl Program {
             phases: vec![Phase { combine, value: 0 }],
             outputs: Vec::new(),
         };
-        let value = p.push(Inst::Reduced(0));
+        let mut value = p.push(Inst::Reduced(0));
+        let out = match combine {
+            Combine::ArgMax => DType::I32,
+            Combine::Sum | Combine::Max | Combine::Min => dtype,
+        };
+        if out == DType::F16 {
+            // combined in f32, rounded once (IR.md)
+            value = p.push(Inst::Map(Scalar::Cast(DType::F16), vec![value]));
+        }
         p.outputs.push(Output {
             value,
             access: Access {
-                dtype: combine.dtype(),
+                dtype: out,
                 axes: out_axes,
             },
         });
         p
+    }
+
+    /// The one-op program of an IR primitive that fused kernels are made of — elementwise ops
+    /// (`gelu` with `approximate="tanh"` as [`Scalar::GeluTanh`]), `cast`, the reductions `sum`,
+    /// `max`, `min` and `argmax`, and with `leaves`, `constant` and `iota` — with operands of
+    /// `inputs` and result `out`; `None` for any other op. The optimizer's fusion and lowering
+    /// both build programs here.
+    pub fn of_primitive(
+        op: Op,
+        attrs: &sinter_ir::Attrs,
+        inputs: &[sinter_ir::TensorType],
+        out: &sinter_ir::TensorType,
+        leaves: bool,
+    ) -> Option<Program> {
+        use sinter_ir::key;
+        if let Some(scalar) = Scalar::of(op) {
+            let scalar = if op == Op::Gelu && attrs.of(key::APPROXIMATE) == "tanh" {
+                Scalar::GeluTanh
+            } else {
+                scalar
+            };
+            let args: Vec<Arg> = inputs.iter().cloned().map(Arg::Operand).collect();
+            return Some(Program::map(&out.shape, scalar, &args, out.dtype));
+        }
+        let reduction = |axes: &[usize], combine: Combine| {
+            Program::reduction(
+                &inputs[0].shape,
+                axes,
+                attrs.of(key::KEEPDIM),
+                combine,
+                inputs[0].dtype,
+            )
+        };
+        match op {
+            Op::Cast => Some(Program::map(
+                &out.shape,
+                Scalar::Cast(out.dtype),
+                &[Arg::Operand(inputs[0].clone())],
+                out.dtype,
+            )),
+            Op::Sum => Some(reduction(&attrs.of(key::AXES), Combine::Sum)),
+            Op::Max => Some(reduction(&attrs.of(key::AXES), Combine::Max)),
+            Op::Min => Some(reduction(&attrs.of(key::AXES), Combine::Min)),
+            Op::Argmax => Some(reduction(&[attrs.of(key::AXIS)], Combine::ArgMax)),
+            Op::Constant if leaves => Some(Program::map(
+                &[],
+                Scalar::Cast(DType::F32),
+                &[Arg::Const(attrs.of(key::VALUE) as f32)],
+                DType::F32,
+            )),
+            Op::Iota if leaves => {
+                let shape = attrs.of(key::SHAPE);
+                let arg = Arg::Coord {
+                    axis: attrs.of(key::AXIS),
+                    rank: shape.len(),
+                };
+                Some(Program::map(
+                    &shape,
+                    Scalar::Cast(DType::F32),
+                    &[arg],
+                    DType::F32,
+                ))
+            }
+            _ => None,
+        }
     }
 
     fn push(&mut self, inst: Inst) -> u32 {

@@ -19,7 +19,7 @@ use sinter_ir::{Attrs, DType, Op, TensorType, key};
 
 use super::analysis::Graph;
 use super::lang::{ENode, Head, Interned};
-use crate::fused::{self, Access, Arg, Axis, Bound, Combine, Inst, Output, Program, Scalar};
+use crate::fused::{self, Access, Arg, Axis, Bound, Inst, Output, Program, Scalar};
 
 /// The program view of `node` (see the module docs), or `None` for nodes that are not fusible
 /// (matmul, convolution, concat, ...). `consumer` excludes the nodes that are fused only as
@@ -37,77 +37,12 @@ pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> 
         Head::Kernel(p) => bound((**p).clone()),
         Head::Op(op, attrs) => {
             let op = *op;
-            if let Some(scalar) = Scalar::of(op) {
-                let scalar = if op == Op::Gelu && attrs.of(key::APPROXIMATE) == "tanh" {
-                    Scalar::GeluTanh
-                } else {
-                    scalar
-                };
-                let args: Vec<Arg> = (0..node.kids.len())
-                    .map(|i| Arg::Operand(kid_ty(i)))
-                    .collect();
-                let ty = out(g);
-                return bound(Program::map(&ty.shape, scalar, &args, ty.dtype));
+            let inputs: Vec<sinter_ir::TensorType> = (0..node.kids.len()).map(kid_ty).collect();
+            if let Some(p) = Program::of_primitive(op, attrs, &inputs, &out(g), !consumer) {
+                return bound(p);
             }
             match op {
-                Op::Cast => {
-                    let ty = out(g);
-                    bound(Program::map(
-                        &ty.shape,
-                        Scalar::Cast(ty.dtype),
-                        &[Arg::Operand(kid_ty(0))],
-                        ty.dtype,
-                    ))
-                }
-                Op::Sum | Op::Max | Op::Min => {
-                    let combine = match op {
-                        Op::Sum => Combine::Sum,
-                        Op::Max => Combine::Max,
-                        _ => Combine::Min,
-                    };
-                    let shape = kid_ty(0).shape;
-                    bound(Program::reduction(
-                        &shape,
-                        &attrs.of(key::AXES),
-                        attrs.of(key::KEEPDIM),
-                        combine,
-                        DType::F32,
-                    ))
-                }
-                Op::Argmax => {
-                    let shape = kid_ty(0).shape;
-                    bound(Program::reduction(
-                        &shape,
-                        &[attrs.of(key::AXIS)],
-                        attrs.of(key::KEEPDIM),
-                        Combine::ArgMax,
-                        DType::F32,
-                    ))
-                }
                 _ if consumer => None,
-                Op::Constant => {
-                    let v = attrs.of(key::VALUE) as f32;
-                    bound(Program::map(
-                        &[],
-                        Scalar::Cast(DType::F32),
-                        &[Arg::Const(v)],
-                        DType::F32,
-                    ))
-                }
-                Op::Iota => {
-                    let shape = attrs.of(key::SHAPE);
-                    let rank = shape.len();
-                    let arg = Arg::Coord {
-                        axis: attrs.of(key::AXIS),
-                        rank,
-                    };
-                    bound(Program::map(
-                        &shape,
-                        Scalar::Cast(DType::F32),
-                        &[arg],
-                        DType::F32,
-                    ))
-                }
                 Op::Permute
                 | Op::Transpose
                 | Op::Unsqueeze

@@ -50,9 +50,11 @@ pub fn inputs(g: &Graph, rng: &mut Rng) -> (HashMap<String, Tensor>, HashMap<Str
                 value.ty.shape.clone(),
                 (0..n).map(|i| (i % 3) as i64).collect(),
             ),
-            DType::F32 => Tensor::f32(
-                value.ty.shape.clone(),
-                (0..n).map(|_| rng.nonzero()).collect(),
+            DType::F32 | DType::F16 => Tensor::new(
+                value.ty.clone(),
+                (0..n)
+                    .map(|_| value.ty.dtype.round(rng.nonzero()))
+                    .collect(),
             ),
         };
         match value.def {

@@ -26,10 +26,11 @@ use crate::types::TensorType;
 
 pub const MAGIC: [u8; 8] = *b"SINTART\0";
 
-/// Bytes of one arena word: arenas are `array<f32>`, and i32 values live in them as bit
-/// patterns. Offsets in param blocks count words; offsets in the manifest count bytes.
+/// Bytes of one arena word: word arenas are `array<f32>`, and i32 values live in them as bit
+/// patterns. Offsets in param blocks count an arena's elements (words, or halves in an f16
+/// arena); offsets in the manifest count bytes.
 pub const WORD_BYTES: u64 = crate::types::DType::F32.size_bytes() as u64;
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The subgroup size the compiler's tensor-core kernels are written for (cooperative
 /// operations must sit in uniform control flow, so the tiles go to subgroups by a fixed
 /// stride); the runtime refuses an artifact that needs cooperative matrices on an adapter
@@ -121,6 +122,56 @@ impl Requirements {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArenaLayout {
     pub size_bytes: u64,
+    /// How the arena's elements are stored: what kernels bind it as.
+    #[serde(default)]
+    pub storage: Storage,
+}
+
+impl ArenaLayout {
+    /// A word arena of `size_bytes`.
+    pub fn words(size_bytes: u64) -> ArenaLayout {
+        ArenaLayout {
+            size_bytes,
+            storage: Storage::Word,
+        }
+    }
+
+    /// Elements the arena holds (what its param-block offsets count).
+    pub fn elements(&self) -> u64 {
+        self.size_bytes / self.storage.bytes()
+    }
+}
+
+/// The element an arena holds.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum Storage {
+    /// 32-bit words: `array<f32>` (i32 values as bit patterns; f16 values as f32 where the
+    /// target has no f16 storage).
+    #[default]
+    Word,
+    /// `array<f16>` (wgpu's `SHADER_F16`).
+    Half,
+}
+
+impl Storage {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Storage::Word => WORD_BYTES,
+            Storage::Half => crate::types::DType::F16.size_bytes() as u64,
+        }
+    }
 }
 
 /// One compute shader.
@@ -227,7 +278,18 @@ impl TensorSlot {
     pub fn size_bytes(&self) -> u64 {
         self.ty.size_bytes() as u64
     }
+
+    /// The bytes a copy to or from the slot moves: its size rounded up to [`COPY_ALIGN`] (an
+    /// f16 tensor of odd length ends mid-word; the compiler leaves that word to it).
+    pub fn copy_bytes(&self) -> u64 {
+        self.size_bytes().next_multiple_of(COPY_ALIGN)
+    }
 }
+
+/// Buffer copies (uploads, readbacks, assigns) move multiples of this many bytes from and to
+/// offsets that are multiples of it (WebGPU's `COPY_BUFFER_ALIGNMENT`): every slot offset and
+/// assign is aligned so, and the bytes up to the next multiple past a tensor belong to it.
+pub const COPY_ALIGN: u64 = 4;
 
 /// `assign`: copy `bytes` from (source arena, offset) to (target arena, offset) after a run.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -402,8 +464,14 @@ impl Artifact {
             self.check_dispatch(i, d, k)?;
         }
         for t in &self.tensors {
-            if !in_arena(t.arena, t.offset, t.size_bytes()) {
+            if !in_arena(t.arena, t.offset, t.copy_bytes()) {
                 return bad(format!("tensor `{}` lies outside its arena", t.name));
+            }
+            if !t.offset.is_multiple_of(COPY_ALIGN) {
+                return bad(format!(
+                    "tensor `{}` starts at byte {}, not a multiple of {COPY_ALIGN}",
+                    t.name, t.offset
+                ));
             }
             if let Some((off, len)) = t.init
                 && (len != t.size_bytes()
@@ -433,6 +501,15 @@ impl Artifact {
                 || !in_arena(a.target_arena, a.target_offset, a.bytes)
             {
                 return bad(format!("assign to `{}` lies outside its arena", a.target));
+            }
+            if [a.source_offset, a.target_offset, a.bytes]
+                .iter()
+                .any(|n| !n.is_multiple_of(COPY_ALIGN))
+            {
+                return bad(format!(
+                    "assign to `{}` is not aligned to {COPY_ALIGN} bytes",
+                    a.target
+                ));
             }
         }
         for (i, name) in self.updated_in_place.iter().enumerate() {
@@ -474,7 +551,7 @@ impl Artifact {
             d.arenas
                 .get(binding)
                 .and_then(|&a| self.arenas.get(a as usize))
-                .map(|a| a.size_bytes / WORD_BYTES)
+                .map(ArenaLayout::elements)
         };
         for &[word, binding] in &d.address_words {
             let Some(limit) = words(binding as usize) else {
@@ -536,7 +613,7 @@ mod tests {
         Artifact {
             graph: "g".into(),
             requirements: Requirements::default(),
-            arenas: vec![ArenaLayout { size_bytes: 64 }],
+            arenas: vec![ArenaLayout::words(64)],
             kernels: vec![],
             dispatches: vec![],
             tensors: vec![TensorSlot {

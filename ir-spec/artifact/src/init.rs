@@ -124,7 +124,7 @@ pub fn check(init: &Init) -> Result<(), (&'static str, String)> {
 }
 
 /// The first value of a param or state as the runtime stores it (the interpreter's
-/// `initial_value` holds the f64 values): each value rounded to f32 (or truncated to i32),
+/// `initial_value` holds the f64 values): each value rounded to f32 or f16 (or truncated to i32),
 /// little-endian, without holding the f64 values. Large tensors are generated in parallel
 /// (natively): the stream is counter-based, so each chunk starts at its own draw.
 pub fn initial_bytes(ty: &TensorType, init: &Init) -> Vec<u8> {
@@ -136,6 +136,7 @@ pub fn initial_bytes(ty: &TensorType, init: &Init) -> Vec<u8> {
             match ty.dtype {
                 DType::F32 => dst.copy_from_slice(&(v as f32).to_le_bytes()),
                 DType::I32 => dst.copy_from_slice(&(v as i32).to_le_bytes()),
+                DType::F16 => dst.copy_from_slice(&half::f16::from_f32(v as f32).to_le_bytes()),
             }
         }
     };

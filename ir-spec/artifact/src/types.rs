@@ -7,23 +7,25 @@ use std::fmt;
 
 /// Element type of a tensor.
 ///
-/// The arena stores every element in 4 bytes today; [`DType::size_bytes`] is the one place that
-/// says so, so that f16 can be added as a variant without touching the passes that only ask.
+/// [`DType::size_bytes`] is the one place that says how many bytes an element takes.
 #[derive(
     Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 pub enum DType {
     F32,
     I32,
+    /// IEEE 754 binary16: 11 significant bits, largest finite value 65504.
+    F16,
 }
 
 impl DType {
-    pub const ALL: [DType; 2] = [DType::F32, DType::I32];
+    pub const ALL: [DType; 3] = [DType::F32, DType::I32, DType::F16];
 
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::F16 => "f16",
         }
     }
 
@@ -34,11 +36,23 @@ impl DType {
     pub const fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
+            DType::F16 => 2,
         }
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32)
+        matches!(self, DType::F32 | DType::F16)
+    }
+
+    /// `x` as a value of this dtype: rounded to nearest, ties to even (f32, f16: through f32,
+    /// as a GPU computing in f32 stores it; past the largest finite value, infinite; NaN stays
+    /// NaN), or truncated toward zero (i32, saturating; NaN to 0).
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            DType::F32 => f64::from(x as f32),
+            DType::F16 => f64::from(half::f16::from_f32(x as f32)),
+            DType::I32 => f64::from(x as i32),
+        }
     }
 }
 

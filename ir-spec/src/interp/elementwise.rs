@@ -116,12 +116,14 @@ pub(crate) fn select(cx: &Cx) -> Tensor {
 }
 
 /// `cast`: to i32 truncates toward zero, saturating at the i32 range, NaN becoming 0 (the GPU
-/// does the same); to f32 is exact for every i32.
+/// does the same); to f32 is exact for every i32 and f16; to f16 rounds to nearest, ties to
+/// even (through f32), past 65504 to ±inf.
 pub(crate) fn cast(cx: &Cx) -> Tensor {
     let x = cx.x(0);
     let data = match cx.out().dtype {
         DType::F32 => x.data.clone(),
         DType::I32 => x.data.iter().map(|&v| to_i32(v) as f64).collect(),
+        DType::F16 => x.data.iter().map(|&v| DType::F16.round(v)).collect(),
     };
     Tensor::new(cx.out().clone(), data)
 }

@@ -72,7 +72,16 @@ pub(crate) fn eval_named(
         names,
         out: out_types,
     };
-    cx.eval()
+    let mut results = cx.eval()?;
+    // an f16 result holds f16 numbers: computed in f64 from its operands, rounded once
+    for t in &mut results {
+        if t.ty.dtype == DType::F16 {
+            for x in &mut t.data {
+                *x = DType::F16.round(*x);
+            }
+        }
+    }
+    Ok(results)
 }
 
 /// One checked node: normalized attributes, operands and result types.

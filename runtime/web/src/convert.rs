@@ -44,6 +44,10 @@ fn host_tensor(name: &str, ty: &TensorType, value: &JsValue) -> Result<HostTenso
         DType::I32 => value
             .dyn_ref::<Int32Array>()
             .map(|a| TensorData::I32(a.to_vec())),
+        // JavaScript's Float16Array is not in every browser: f16 tensors travel as f32
+        DType::F16 => value
+            .dyn_ref::<Float32Array>()
+            .map(|a| TensorData::F16(a.to_vec().into_iter().map(half::f16::from_f32).collect())),
     };
     let Some(data) = data else {
         return Err(WebError::InputKind {
@@ -87,11 +91,15 @@ fn describe(value: &JsValue) -> String {
     }
 }
 
-/// A tensor's elements as a new `Float32Array` or `Int32Array`.
+/// A tensor's elements as a new `Float32Array` (f32 and f16 tensors) or `Int32Array`.
 pub fn typed_array(t: &HostTensor) -> JsValue {
     match &t.data {
         TensorData::F32(v) => Float32Array::from(v.as_slice()).into(),
         TensorData::I32(v) => Int32Array::from(v.as_slice()).into(),
+        TensorData::F16(v) => {
+            let wide: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+            Float32Array::from(wide.as_slice()).into()
+        }
     }
 }
 

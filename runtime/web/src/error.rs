@@ -43,7 +43,7 @@ pub enum WebError {
 /// The typed array that carries a tensor of type `ty`, with its article.
 pub(crate) fn array_name(ty: &TensorType) -> &'static str {
     match ty.dtype {
-        sinter_artifact::DType::F32 => "a Float32Array",
+        sinter_artifact::DType::F32 | sinter_artifact::DType::F16 => "a Float32Array",
         sinter_artifact::DType::I32 => "an Int32Array",
     }
 }

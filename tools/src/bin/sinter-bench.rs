@@ -565,7 +565,7 @@ impl Reference {
 fn f32_data<'a>(outputs: &'a sinter_runtime::Outputs, name: &str) -> Option<&'a [f32]> {
     match &outputs.get(name)?.data {
         TensorData::F32(v) => Some(v),
-        TensorData::I32(_) => None,
+        TensorData::I32(_) | TensorData::F16(_) => None,
     }
 }
 
@@ -779,6 +779,12 @@ fn run(args: &RunArgs, out: &Output) -> Result<(), Failure> {
         let tensor = match slot.ty.dtype {
             DType::F32 => HostTensor::f32(shape, (0..count).map(|_| rng.nonzero()).collect()),
             DType::I32 => HostTensor::i32(shape, vec![0; count]),
+            DType::F16 => HostTensor::f16(
+                shape,
+                (0..count)
+                    .map(|_| half::f16::from_f32(rng.nonzero()))
+                    .collect(),
+            ),
         };
         generated.push(slot.name.clone());
         given.push((slot.name.clone(), tensor));

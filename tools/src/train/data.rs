@@ -145,6 +145,7 @@ impl DataSet {
                 data: match samples.data {
                     TensorData::F32(_) => TensorData::F32(vec![0.0; b * stride]),
                     TensorData::I32(_) => TensorData::I32(vec![0; b * stride]),
+                    TensorData::F16(_) => TensorData::F16(vec![half::f16::ZERO; b * stride]),
                 },
             };
             batched.push(Batched {
@@ -263,7 +264,8 @@ pub fn check_values(
                 )));
             }
         }
-        (TensorData::F32(values), _) => {
+        (TensorData::F32(_) | TensorData::F16(_), _) => {
+            let values = t.data.to_f64();
             if let Some((flat, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
                 return Err(CliError::Feed(format!(
                     "{}: {} of input `{name}` is {v}; training data must be finite",

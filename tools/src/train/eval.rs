@@ -245,10 +245,7 @@ fn check_accuracy(
 }
 
 fn scalar(t: &HostTensor) -> f64 {
-    match &t.data {
-        TensorData::F32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
-        TensorData::I32(v) => v.first().map_or(f64::NAN, |&x| f64::from(x)),
-    }
+    t.data.to_f64().first().copied().unwrap_or(f64::NAN)
 }
 
 /// Rows of `logits` (`[..., classes]`) whose first largest entry is at the index `labels`

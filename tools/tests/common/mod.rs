@@ -60,6 +60,6 @@ pub fn floats(path: &std::path::Path) -> Vec<f32> {
     use sinter_runtime::io::{TensorData, read_npy};
     match read_npy(path).expect("an npy file").data {
         TensorData::F32(v) => v,
-        TensorData::I32(_) => panic!("{} holds i32", path.display()),
+        TensorData::I32(_) | TensorData::F16(_) => panic!("{} does not hold f32", path.display()),
     }
 }
