@@ -602,6 +602,23 @@ fn attention_with_every_mask_kind() {
     }
 }
 
+#[test]
+fn attention_with_grouped_and_shared_key_value_heads() {
+    // four query heads over two key/value heads (grouped) and over one (multi-query): each
+    // key/value head's gradient sums those of the query heads of its group
+    #[rustfmt::skip]
+    let cases = [
+        ("  input q: f32[1, 4, 3, 2]\n  input k: f32[1, 2, 4, 2]\n  input v: f32[1, 2, 4, 3]", "attention(q, k, v, causal=true)"),
+        ("  input q: f32[2, 4, 3, 2]\n  input k: f32[2, 1, 4, 2]\n  input v: f32[2, 1, 4, 3]", "attention(q, k, v)"),
+        ("  input q: f32[1, 4, 3, 2]\n  input k: f32[1, 2, 4, 2]\n  input v: f32[1, 2, 4, 3]\n  input m: f32[1, 4, 3, 4]", r#"attention(q, k, v, m, mask_kind="additive")"#),
+    ];
+    for (decls, expr) in cases {
+        let batch = if decls.contains("q: f32[2") { 2 } else { 1 };
+        let out = format!("{batch}, 4, 3, 3");
+        case(scalar_loss(decls, expr, &out, "q, k, v")).check();
+    }
+}
+
 // ---------------------------------------------------------------- graph structure
 
 #[test]

@@ -1096,9 +1096,24 @@ impl Cx<'_> {
             self.input(2).clone(),
         );
         let (b, h, sq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-        let sk = k.shape[2];
-        self.expect_shape(1, &[b, h, sk, d], "batch, heads and head_dim of q")?;
-        self.expect_shape(2, &[b, h, sk, v.shape[3]], "batch, heads and seq of k")?;
+        let (kv_heads, sk) = (k.shape[1], k.shape[2]);
+        // grouped-query attention: k and v may have fewer heads, each shared by a group of
+        // query heads
+        if !h.is_multiple_of(kv_heads) {
+            return Err(operand_err(
+                1,
+                format!(
+                    "`k` has {kv_heads} heads and `q` {h}: the key/value heads must divide \
+                     the query heads (each serves a group of consecutive query heads)"
+                ),
+            ));
+        }
+        self.expect_shape(1, &[b, kv_heads, sk, d], "batch and head_dim of q")?;
+        self.expect_shape(
+            2,
+            &[b, kv_heads, sk, v.shape[3]],
+            "batch, heads and seq of k",
+        )?;
         let mask_kind = self.attrs.of(key::MASK_KIND).to_string();
         if self.inputs.len() == 4 {
             let m = self.input(3).clone();

@@ -600,6 +600,21 @@ fn attention_every_mask_kind() {
         );
         check_gpu(&src, TRANSCENDENTAL, &[], 1);
     }
+    // key/value heads shared by groups of query heads (two groups of two, one of four)
+    for (kv, extra) in [(2, ", causal=true"), (1, ", m, mask_kind=\"additive\"")] {
+        let src = format!(
+            "graph t {{
+  input q: f32[2, 4, 9, 8]
+  input k: f32[2, {kv}, 9, 8]
+  input v: f32[2, {kv}, 9, 5]
+  input m: f32[1, 4, 9, 9]
+  y = attention(q, k, v{extra})
+  output y
+}}
+"
+        );
+        check_gpu(&src, TRANSCENDENTAL, &[], 1);
+    }
 }
 
 #[test]
