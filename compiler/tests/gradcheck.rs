@@ -545,6 +545,16 @@ fn cross_entropy_reductions() {
     case(scalar_loss(decls, expr, "4", "logits"))
         .below("labels", 5)
         .check();
+    // an ignored label: those rows get no gradient and leave the mean
+    for reduction in ["mean", "sum", "none"] {
+        let expr =
+            format!("cross_entropy(logits, labels, reduction=\"{reduction}\", ignore_index=1)");
+        let out = if reduction == "none" { "6" } else { "" };
+        let decls = "  input logits: f32[6, 3]\n  input labels: i32[6]";
+        case(scalar_loss(decls, &expr, out, "logits"))
+            .given("labels", vec![1.0, 0.0, 1.0, 2.0, 1.0, 0.0])
+            .check();
+    }
     // scaled: dy is not 1
     let src = "graph t {\n  input logits: f32[3, 4]\n  input labels: i32[3]\n  \
                loss = mul(cross_entropy(logits, labels), 3.0)\n  d = grad(loss, logits)\n  output d\n}";

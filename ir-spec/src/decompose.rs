@@ -146,6 +146,38 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// `cross_entropy`'s per-row losses with rows labelled `ignore` counting 0 and left out of
+    /// the mean (`Σ losses / Σ kept`), and NaN for a row whose label is neither `ignore` nor a
+    /// class (which the interpreter refuses; bounds admit the labels between).
+    fn ignoring(
+        &mut self,
+        per_row: ValueId,
+        labels: ValueId,
+        ignore: i64,
+        classes: usize,
+        reduction: &str,
+    ) -> Result<ValueId> {
+        let ignored = self.with_const(Op::Eq, labels, ignore as f64)?;
+        let at_least_0 = self.with_const(Op::Ge, labels, 0.0)?;
+        let below_c = self.with_const(Op::Lt, labels, classes as f64)?;
+        let class = self.op(Op::Mul, &[at_least_0, below_c])?;
+        // NaN is no constant: the square root of -1
+        let minus_one = self.c(-1.0)?;
+        let nan = self.op(Op::Sqrt, &[minus_one])?;
+        let checked = self.op(Op::Where, &[class, per_row, nan])?;
+        let zero = self.c(0.0)?;
+        let losses = self.op(Op::Where, &[ignored, zero, checked])?;
+        match reduction {
+            "mean" => {
+                let total = self.reduce(Op::Sum, losses, &[0], false)?;
+                let kept = self.const_with(Op::Sub, 1.0, ignored)?;
+                let count = self.reduce(Op::Sum, kept, &[0], false)?;
+                self.op(Op::Div, &[total, count])
+            }
+            other => self.reduction(losses, other),
+        }
+    }
+
     fn expand(&mut self, node: &Node, x: &[ValueId]) -> Result<Vec<ValueId>> {
         use Op::*;
         let one = |v: ValueId| Ok(vec![v]);
@@ -231,7 +263,14 @@ impl Builder<'_, '_> {
                 let picked = self.reduce(Sum, picked, &[1], true)?;
                 let per_row = self.op(Sub, &[lse, picked])?;
                 let per_row = self.reshape(per_row, vec![shape[0]])?;
-                one(self.reduction(per_row, node.attr(key::REDUCTION))?)
+                let reduction = node.attr(key::REDUCTION);
+                match node.attrs.try_of(key::IGNORE_INDEX) {
+                    None => one(self.reduction(per_row, reduction)?),
+                    Some(ignore) => {
+                        let labels_f = self.reshape(labels_f, vec![shape[0]])?;
+                        one(self.ignoring(per_row, labels_f, ignore, shape[1], reduction)?)
+                    }
+                }
             }
             MseLoss => {
                 let d = self.op(Sub, &[x[0], x[1]])?;

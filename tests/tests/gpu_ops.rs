@@ -552,10 +552,12 @@ fn embedding_and_losses() {
   ce = cross_entropy(logits, labels)
   cs = cross_entropy(logits, labels, reduction=\"sum\")
   cn = cross_entropy(logits, labels, reduction=\"none\")
+  ci = cross_entropy(logits, labels, ignore_index=4)
+  cis = cross_entropy(logits, labels, reduction=\"sum\", ignore_index=4)
   m = mse_loss(a, b)
   ms = mse_loss(a, b, reduction=\"sum\")
   mn = mse_loss(a, b, reduction=\"none\")
-  output e, ce, cs, cn, m, ms, mn
+  output e, ce, cs, cn, ci, cis, m, ms, mn
 }
 ";
     check_gpu(src, TRANSCENDENTAL, &[], 11);
