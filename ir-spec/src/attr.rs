@@ -224,6 +224,11 @@ impl Attrs {
         self.set(key.name, K::write(value));
     }
 
+    /// Removes the attribute `name`, if present.
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(k, _)| k != name);
+    }
+
     /// `self` with `key` set to `value`.
     pub fn and<K: Kind>(mut self, key: Key<K>, value: K::In) -> Attrs {
         self.put(key, value);

@@ -287,6 +287,8 @@ impl Builder<'_, '_> {
     /// (1 − dampening)·g` and `g = nesterov ? g + momentum·buf' : buf'`; `param' = param − lr·g`.
     fn sgd(&mut self, node: &Node, x: &[ValueId]) -> Result<Vec<ValueId>> {
         let (param, grad) = (x[0], x[1]);
+        let momentum = node.attr(key::MOMENTUM);
+        let tensors = 2 + usize::from(momentum != 0.0);
         let wd = node.attr(key::WEIGHT_DECAY);
         let mut g = grad;
         if wd != 0.0 {
@@ -294,8 +296,8 @@ impl Builder<'_, '_> {
             g = self.op(Op::Add, &[grad, decay])?;
         }
         let mut results = Vec::new();
-        if let Some(&buf) = x.get(2) {
-            let momentum = node.attr(key::MOMENTUM);
+        if momentum != 0.0 {
+            let buf = x[2];
             let kept = self.const_with(Op::Mul, momentum, buf)?;
             let fresh = self.const_with(Op::Mul, 1.0 - node.attr(key::DAMPENING), g)?;
             let new_buf = self.op(Op::Add, &[kept, fresh])?;
@@ -307,7 +309,10 @@ impl Builder<'_, '_> {
             };
             results.push(new_buf);
         }
-        let step = self.const_with(Op::Mul, node.attr(key::LR), g)?;
+        let step = match x.get(tensors) {
+            Some(&lr) => self.op(Op::Mul, &[lr, g])?,
+            None => self.const_with(Op::Mul, node.attr(key::LR), g)?,
+        };
         let new_param = self.op(Op::Sub, &[param, step])?;
         results.insert(0, new_param);
         Ok(results)
@@ -319,8 +324,17 @@ impl Builder<'_, '_> {
         let [lr, beta1, beta2, eps, wd] =
             [key::LR, key::BETA1, key::BETA2, key::EPS, key::WEIGHT_DECAY].map(|k| node.attr(k));
         let (mut p, mut g) = (param, grad);
+        let lr_value = x.get(5).copied();
         if node.op == Op::AdamW {
-            p = self.with_const(Op::Mul, param, 1.0 - lr * wd)?;
+            p = match lr_value {
+                // 1 − lr·wd from the step's lr
+                Some(lr) => {
+                    let decay = self.const_with(Op::Mul, wd, lr)?;
+                    let keep = self.const_with(Op::Sub, 1.0, decay)?;
+                    self.op(Op::Mul, &[param, keep])?
+                }
+                None => self.with_const(Op::Mul, param, 1.0 - lr * wd)?,
+            };
         } else if wd != 0.0 {
             let decay = self.const_with(Op::Mul, wd, param)?;
             g = self.op(Op::Add, &[grad, decay])?;
@@ -332,15 +346,33 @@ impl Builder<'_, '_> {
         let v_kept = self.const_with(Op::Mul, beta2, v)?;
         let v_fresh = self.const_with(Op::Mul, 1.0 - beta2, g2)?;
         let new_v = self.op(Op::Add, &[v_kept, v_fresh])?;
-        let pow1 = self.const_with(Op::Pow, beta1, t)?;
-        let bc1 = self.const_with(Op::Sub, 1.0, pow1)?;
-        let pow2 = self.const_with(Op::Pow, beta2, t)?;
-        let bc2 = self.const_with(Op::Sub, 1.0, pow2)?;
+        let (bc1, bc2) = match x.get(6) {
+            Some(&corrections) => {
+                let pick = |b: &mut Self, i: usize| -> Result<ValueId> {
+                    let attrs = Attrs::new()
+                        .and(key::AXIS, 0)
+                        .and(key::START, i)
+                        .and(key::END, i + 1);
+                    let one = b.rb.add(Op::Slice, &[corrections], attrs)?;
+                    b.reshape(one, vec![])
+                };
+                (pick(self, 0)?, pick(self, 1)?)
+            }
+            None => {
+                let pow1 = self.const_with(Op::Pow, beta1, t)?;
+                let bc1 = self.const_with(Op::Sub, 1.0, pow1)?;
+                let pow2 = self.const_with(Op::Pow, beta2, t)?;
+                (bc1, self.const_with(Op::Sub, 1.0, pow2)?)
+            }
+        };
         let m_hat = self.op(Op::Div, &[new_m, bc1])?;
         let v_hat = self.op(Op::Div, &[new_v, bc2])?;
         let root = self.op(Op::Sqrt, &[v_hat])?;
         let denom = self.with_const(Op::Add, root, eps)?;
-        let num = self.const_with(Op::Mul, lr, m_hat)?;
+        let num = match lr_value {
+            Some(lr) => self.op(Op::Mul, &[lr, m_hat])?,
+            None => self.const_with(Op::Mul, lr, m_hat)?,
+        };
         let ratio = self.op(Op::Div, &[num, denom])?;
         let new_p = self.op(Op::Sub, &[p, ratio])?;
         Ok(vec![new_p, new_m, new_v])

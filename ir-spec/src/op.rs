@@ -325,6 +325,16 @@ const ADAM_OPERANDS: &[OperandSpec] = &[
     nondiff("m"),
     nondiff("v"),
     nondiff("step"),
+    OperandSpec {
+        name: "lr",
+        arity: Arity::Optional,
+        differentiable: false,
+    },
+    OperandSpec {
+        name: "bias_corrections",
+        arity: Arity::Optional,
+        differentiable: false,
+    },
 ];
 
 macro_rules! unary {
@@ -527,8 +537,9 @@ pub static OPS: &[OpSpec] = &[
         operands: &[nondiff("loss"), variadic("wrt", false)], attrs: &[],
         summary: "d loss / d wrt_i for each wrt_i (an input, param or state)" },
     OpSpec { op: Op::Sgd, name: "sgd", class: OpClass::Optimizer,
-        operands: &[nondiff("param"), nondiff("grad"), OperandSpec { name: "momentum_buf", arity: Arity::Optional, differentiable: false }],
-        attrs: &[attr(key::LR, AttrDefault::Required),
+        operands: &[nondiff("param"), nondiff("grad"), OperandSpec { name: "momentum_buf", arity: Arity::Optional, differentiable: false },
+                   OperandSpec { name: "lr", arity: Arity::Optional, differentiable: false }],
+        attrs: &[attr(key::LR, AttrDefault::Derived("required unless the lr operand is given")),
                  attr(key::MOMENTUM, AttrDefault::Float(0.0)),
                  attr(key::DAMPENING, AttrDefault::Float(0.0)),
                  attr(key::NESTEROV, AttrDefault::Bool(false)),

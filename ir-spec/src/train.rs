@@ -10,10 +10,16 @@
 //!    `train.grad_norm = sqrt(Σ_p sum(square({p}.grad)))`,
 //!    `train.clip_scale = minimum(div(c, add(train.grad_norm, 1e-6)), 1)` and
 //!    `{p}.grad.clipped = mul({p}.grad, train.clip_scale)`, which the optimizer then uses;
-//! 4. for `adam`/`adamw`: `train.step.next = add(train.step, 1)` (so the first step is t = 1);
+//! 4. for `adam`/`adamw` (and any optimizer with a varying learning rate):
+//!    `train.step.next = add(train.step, 1)` (so the first step is t = 1); the step's rate
+//!    `train.lr` (from `train.lr_table`, a state whose initializer is the schedule, at row
+//!    `train.step`; a constant without a schedule) and for Adam its bias corrections
+//!    `train.bias_corrections` (from `train.bias_table` at row `t`): values computed in f64 and
+//!    rounded once, as exact as PyTorch's host-side scalars;
 //! 5. per param, the optimizer node: `{p}.next, {p}.m.next, {p}.v.next = adamw(p, g, {p}.m,
-//!    {p}.v, train.step.next, ...)`, `{p}.next, {p}.momentum_buf.next = sgd(p, g,
-//!    {p}.momentum_buf, ...)` or `{p}.next = sgd(p, g, ...)`;
+//!    {p}.v, train.step.next, train.lr, train.bias_corrections, ...)`, `{p}.next,
+//!    {p}.momentum_buf.next = sgd(p, g, {p}.momentum_buf, [train.lr], ...)` or
+//!    `{p}.next = sgd(p, g, [train.lr], ...)`;
 //! 6. `assign` of every param and state to its `.next` value.
 //!
 //! The result is a plain graph: printing it shows these statements, and it parses back to the
@@ -26,6 +32,7 @@ use std::collections::HashSet;
 use crate::attr::{Attr, Attrs};
 use crate::graph::{Graph, GraphError, Init, ValueDef, ValueId};
 use crate::infer::{TypeError, infer};
+use crate::init::{Schedule, ScheduleKind, bias_correction_rows};
 use crate::op::Op;
 use crate::types::{DType, TensorType};
 
@@ -68,6 +75,32 @@ pub struct TrainSpec {
     pub clip_norm: Option<f64>,
     /// The params to train, in order; `None`: every param of the graph so far.
     pub params: Option<Vec<ValueId>>,
+    /// The learning-rate schedule (its `lr` is the optimizer's).
+    pub schedule: LrSchedule,
+}
+
+/// `schedule=`, `warmup=`, `total_steps=`, `min_lr=` of `train` (see [`Schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LrSchedule {
+    pub kind: ScheduleKind,
+    pub warmup: u64,
+    pub total_steps: Option<u64>,
+    pub min_lr: f64,
+}
+
+impl LrSchedule {
+    /// A constant rate, no warmup.
+    pub const CONSTANT: LrSchedule = LrSchedule {
+        kind: ScheduleKind::Constant,
+        warmup: 0,
+        total_steps: None,
+        min_lr: 0.0,
+    };
+
+    /// Whether the rate changes with the step at all.
+    fn varies(&self) -> bool {
+        self.kind != ScheduleKind::Constant || self.warmup > 0
+    }
 }
 
 impl TrainSpec {
@@ -77,7 +110,39 @@ impl TrainSpec {
             attrs,
             clip_norm: None,
             params: None,
+            schedule: LrSchedule::CONSTANT,
         }
+    }
+
+    /// The optimizer's base learning rate (its `lr` attribute or default).
+    fn lr(&self) -> f64 {
+        let spec = self.optimizer.op().spec();
+        self.attrs
+            .get(key::LR.name)
+            .and_then(Attr::as_float)
+            .or_else(|| {
+                spec.attr(key::LR.name)
+                    .and_then(|a| a.default.value()?.as_float())
+            })
+            .unwrap_or(f64::NAN)
+    }
+
+    /// The schedule as its table's initializer computes it.
+    fn table(&self) -> Schedule {
+        Schedule {
+            kind: self.schedule.kind,
+            lr: self.lr(),
+            warmup: self.schedule.warmup,
+            total_steps: self.schedule.total_steps.unwrap_or(0),
+            min_lr: self.schedule.min_lr,
+        }
+    }
+
+    fn beta(&self, key: crate::attr::Key<crate::attr::kind::Float>, default: f64) -> f64 {
+        self.attrs
+            .get(key.name)
+            .and_then(Attr::as_float)
+            .unwrap_or(default)
     }
 }
 
@@ -121,6 +186,9 @@ pub enum TrainError {
     LossType { ty: TensorType },
     #[error("clip_norm={value} must be positive and finite")]
     ClipNorm { value: f64 },
+    /// The schedule's attributes do not make a schedule.
+    #[error("{0}")]
+    Schedule(String),
     /// The optimizer's attributes break its op's rule.
     #[error("{0}")]
     Optimizer(TypeError),
@@ -142,6 +210,15 @@ pub const STEP: &str = "train.step";
 pub const STEP_NEXT: &str = "train.step.next";
 pub const GRAD_NORM: &str = "train.grad_norm";
 pub const CLIP_SCALE: &str = "train.clip_scale";
+/// The step's learning rate, and the table it is read from.
+pub const LR: &str = "train.lr";
+pub const LR_TABLE: &str = "train.lr_table";
+/// The step's `[1 − β1ᵗ, 1 − β2ᵗ]`, and the table they are read from.
+pub const BIAS: &str = "train.bias_corrections";
+pub const BIAS_TABLE: &str = "train.bias_table";
+
+/// The attributes of `train` itself (the rest are the optimizer's).
+pub const TRAIN_ATTRS: [&str; 5] = ["clip_norm", "schedule", "warmup", "total_steps", "min_lr"];
 
 /// Added to the norm before dividing, as `torch.nn.utils.clip_grad_norm_` does.
 pub const CLIP_EPS: f64 = 1e-6;
@@ -199,8 +276,14 @@ pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(St
             names.push((format!("{p}.{suffix}"), format!("{what} of `{p}`")));
         }
     }
-    if adam {
+    if adam || spec.schedule.varies() {
         names.push((STEP.into(), "the step counter".into()));
+    }
+    if adam {
+        names.push((BIAS_TABLE.into(), "the table of bias corrections".into()));
+    }
+    if spec.schedule.varies() {
+        names.push((LR_TABLE.into(), "the table of learning rates".into()));
     }
     for &p in params {
         let p = g.name_of(p);
@@ -217,8 +300,14 @@ pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(St
             ));
         }
     }
-    if adam {
+    if adam || spec.schedule.varies() {
         names.push((STEP_NEXT.into(), "the new step counter".into()));
+    }
+    if adam || spec.schedule.varies() {
+        names.push((LR.into(), "the step's learning rate".into()));
+    }
+    if adam {
+        names.push((BIAS.into(), "the step's bias corrections".into()));
     }
     for &p in params {
         let p = g.name_of(p);
@@ -296,6 +385,18 @@ fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, Tra
     {
         return Err(TrainError::ClipNorm { value });
     }
+    let s = spec.schedule;
+    if s.kind != ScheduleKind::Constant && s.total_steps.is_none() {
+        return Err(TrainError::Schedule(format!(
+            "schedule=\"{}\" needs total_steps=",
+            s.kind.name()
+        )));
+    }
+    if s.varies()
+        && let Err((_, message)) = crate::init::check(&Init::Schedule(spec.table()))
+    {
+        return Err(TrainError::Schedule(message));
+    }
     if let Some(a) = g.assigns.iter().find(|a| params.contains(&a.target)) {
         return Err(TrainError::AlreadyAssigned {
             name: g.name_of(a.target).to_string(),
@@ -338,10 +439,34 @@ pub fn add_training(
         states.extend(&mine);
         per_param.push(mine);
     }
-    let step = if adam {
+    let varies = spec.schedule.varies();
+    let step = if adam || varies {
         let s = g.add_state(STEP, TensorType::f32(vec![]), Init::Zeros)?;
         states.push(s);
         Some(s)
+    } else {
+        None
+    };
+    let bias_table = if adam {
+        let (beta1, beta2) = (spec.beta(key::BETA1, 0.9), spec.beta(key::BETA2, 0.999));
+        let rows = bias_correction_rows(beta1, beta2) as usize;
+        let ty = TensorType::f32(vec![rows, 2]);
+        let t = g.add_state(BIAS_TABLE, ty, Init::BiasCorrections { beta1, beta2 })?;
+        states.push(t);
+        Some((t, rows))
+    } else {
+        None
+    };
+    let lr_table = if varies {
+        let table = spec.table();
+        let rows = table.steps() as usize + 1;
+        let t = g.add_state(
+            LR_TABLE,
+            TensorType::f32(vec![rows, 1]),
+            Init::Schedule(table),
+        )?;
+        states.push(t);
+        Some((t, rows))
     } else {
         None
     };
@@ -371,18 +496,59 @@ pub fn add_training(
         None => None,
     };
 
+    // The step's learning rate and bias corrections, read from their tables (exact: each
+    // entry is the f64 value rounded once).
+    let lr = match (lr_table, step) {
+        (Some((table, rows)), Some(s)) => {
+            let row = embedding(g, table, s, rows)?;
+            Some(
+                g.add_node(
+                    Op::Reshape,
+                    &[row],
+                    Attrs::new().and(key::SHAPE, Vec::<usize>::new()),
+                    Some(&[LR.to_string()]),
+                )?[0],
+            )
+        }
+        _ if adam => Some(
+            g.add_node(
+                Op::Constant,
+                &[],
+                Attrs::new().and(key::VALUE, spec.lr()),
+                Some(&[LR.to_string()]),
+            )?[0],
+        ),
+        _ => None,
+    };
+    let bias = match (bias_table, step_next) {
+        (Some((table, rows)), Some(t)) => {
+            let row = embedding(g, table, t, rows)?;
+            g.rename(row, BIAS.to_string())?;
+            Some(row)
+        }
+        _ => None,
+    };
+    let mut attrs = spec.attrs.clone();
+    if lr.is_some() {
+        attrs.remove(key::LR.name);
+    }
+
     // 5. The updates.
     let mut results = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let mut inputs = vec![params[i], applied[i]];
         inputs.extend(&per_param[i]);
-        inputs.extend(step_next);
+        if adam {
+            inputs.extend(step_next);
+        }
+        inputs.extend(lr);
+        inputs.extend(bias);
         let mut result_names = vec![format!("{name}.next")];
         result_names.extend(suffixes.iter().map(|(s, _)| format!("{name}.{s}.next")));
         let out = g.add_node(
             spec.optimizer.op(),
             &inputs,
-            spec.attrs.clone(),
+            attrs.clone(),
             Some(&result_names),
         )?;
         results.push(out);
@@ -407,6 +573,22 @@ pub fn add_training(
         step,
         new_params: results.iter().map(|r| r[0]).collect(),
     })
+}
+
+/// Row `min(max(step, 0), rows − 1)` of `table` (a step counter past the table reads its
+/// last row, whose value no longer changes).
+fn embedding(
+    g: &mut Graph,
+    table: ValueId,
+    step: ValueId,
+    rows: usize,
+) -> Result<ValueId, GraphError> {
+    let last = g.constant((rows - 1) as f64)?;
+    let capped = g.add(Op::Minimum, &[step, last], Attrs::new())?;
+    let zero = g.constant(0.0)?;
+    let row = g.add(Op::Maximum, &[capped, zero], Attrs::new())?;
+    let id = g.add(Op::Cast, &[row], Attrs::new().and(key::DTYPE, DType::I32))?;
+    g.add(Op::Embedding, &[table, id], Attrs::new())
 }
 
 /// `train.grad_norm`, `train.clip_scale` and `{p}.grad.clipped` for every gradient; returns
@@ -479,7 +661,8 @@ mod tests {
         ] {
             assert!(g.lookup(name).is_some(), "{name}");
         }
-        assert_eq!(step.states.len(), 5);
+        // the moments, the step counter and the bias-correction table (never assigned)
+        assert_eq!(step.states.len(), 6);
         assert_eq!(g.assigns.len(), 7);
     }
 

@@ -624,6 +624,8 @@ fn optimizers() {
     let src = "graph t {
   input g: f32[5, 3]
   input t: f32[]
+  input lr_raw: f32[]
+  input bc_raw: f32[2]
   param w: f32[5, 3] = normal(std=0.5, seed=3)
   state m: f32[5, 3] = full(0.1)
   state v: f32[5, 3] = full(0.2)
@@ -632,7 +634,12 @@ fn optimizers() {
   w2, b2 = sgd(w, g, buf, lr=0.1, momentum=0.9, nesterov=true)
   w3, m3, v3 = adam(w, g, m, v, t, lr=0.01, weight_decay=0.1)
   w4, m4, v4 = adamw(w, g, m, v, t)
-  output w1, w2, b2, w3, m3, v3, w4, m4, v4
+  lr = abs(lr_raw)
+  bc = add(abs(bc_raw), 0.05)
+  w5, m5, v5 = adamw(w, g, m, v, t, lr, bc, weight_decay=0.1)
+  w6 = sgd(w, g, lr, weight_decay=0.01)
+  w7, b7 = sgd(w, g, buf, lr, momentum=0.9)
+  output w1, w2, b2, w3, m3, v3, w4, m4, v4, w5, m5, v5, w6, w7, b7
 }
 ";
     let t = sinter_ir::interp::Tensor::scalar(3.0);
