@@ -77,6 +77,30 @@ pub struct TrainSpec {
     pub params: Option<Vec<ValueId>>,
     /// The learning-rate schedule (its `lr` is the optimizer's).
     pub schedule: LrSchedule,
+    /// The params that get no weight decay (their group's `weight_decay` is 0).
+    pub no_decay: NoDecay,
+}
+
+/// `no_decay=` of `train`: which params form the group without weight decay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoDecay {
+    /// Every param decays (the default).
+    Nothing,
+    /// `no_decay="1d"`: the params of rank 0 or 1 — biases and norm gains — as PyTorch
+    /// users group them (`p.ndim < 2`).
+    OneD,
+    /// `no_decay=[P1, ...]`.
+    Listed(Vec<ValueId>),
+}
+
+impl NoDecay {
+    fn excludes(&self, g: &Graph, p: ValueId) -> bool {
+        match self {
+            NoDecay::Nothing => false,
+            NoDecay::OneD => g.ty(p).rank() <= 1,
+            NoDecay::Listed(list) => list.contains(&p),
+        }
+    }
 }
 
 /// `schedule=`, `warmup=`, `total_steps=`, `min_lr=` of `train` (see [`Schedule`]).
@@ -111,6 +135,7 @@ impl TrainSpec {
             clip_norm: None,
             params: None,
             schedule: LrSchedule::CONSTANT,
+            no_decay: NoDecay::Nothing,
         }
     }
 
@@ -189,6 +214,8 @@ pub enum TrainError {
     /// The schedule's attributes do not make a schedule.
     #[error("{0}")]
     Schedule(String),
+    #[error("`{name}` in no_decay is not a param this `train` updates")]
+    NoDecay { name: String },
     /// The optimizer's attributes break its op's rule.
     #[error("{0}")]
     Optimizer(TypeError),
@@ -218,7 +245,14 @@ pub const BIAS: &str = "train.bias_corrections";
 pub const BIAS_TABLE: &str = "train.bias_table";
 
 /// The attributes of `train` itself (the rest are the optimizer's).
-pub const TRAIN_ATTRS: [&str; 5] = ["clip_norm", "schedule", "warmup", "total_steps", "min_lr"];
+pub const TRAIN_ATTRS: [&str; 6] = [
+    "clip_norm",
+    "schedule",
+    "warmup",
+    "total_steps",
+    "min_lr",
+    "no_decay",
+];
 
 /// Added to the norm before dividing, as `torch.nn.utils.clip_grad_norm_` does.
 pub const CLIP_EPS: f64 = 1e-6;
@@ -385,6 +419,13 @@ fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, Tra
     {
         return Err(TrainError::ClipNorm { value });
     }
+    if let NoDecay::Listed(list) = &spec.no_decay
+        && let Some(&p) = list.iter().find(|p| !params.contains(p))
+    {
+        return Err(TrainError::NoDecay {
+            name: g.name_of(p).to_string(),
+        });
+    }
     let s = spec.schedule;
     if s.kind != ScheduleKind::Constant && s.total_steps.is_none() {
         return Err(TrainError::Schedule(format!(
@@ -545,12 +586,11 @@ pub fn add_training(
         inputs.extend(bias);
         let mut result_names = vec![format!("{name}.next")];
         result_names.extend(suffixes.iter().map(|(s, _)| format!("{name}.{s}.next")));
-        let out = g.add_node(
-            spec.optimizer.op(),
-            &inputs,
-            attrs.clone(),
-            Some(&result_names),
-        )?;
+        let mut attrs = attrs.clone();
+        if spec.no_decay.excludes(g, params[i]) {
+            attrs.set(key::WEIGHT_DECAY.name, Attr::Float(0.0));
+        }
+        let out = g.add_node(spec.optimizer.op(), &inputs, attrs, Some(&result_names))?;
         results.push(out);
     }
 

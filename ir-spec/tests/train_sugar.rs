@@ -498,3 +498,29 @@ fn schedules_read_a_table_by_the_step() {
         assert!(text.contains(message), "{train}: {text}");
     }
 }
+
+#[test]
+fn no_decay_groups() {
+    // PyTorch's convention in one word: params of rank 0 or 1 do not decay
+    let g = parses(&linear(
+        "train loss with adamw(lr=0.01, weight_decay=0.1, no_decay=\"1d\")",
+    ));
+    assert_eq!(producer(&g, "w.next").attrs.of(key::WEIGHT_DECAY), 0.1);
+    assert_eq!(producer(&g, "b.next").attrs.of(key::WEIGHT_DECAY), 0.0);
+    // or a list of params
+    let g = parses(&linear(
+        "train loss with adamw(lr=0.01, weight_decay=0.1, no_decay=[w])",
+    ));
+    assert_eq!(producer(&g, "w.next").attrs.of(key::WEIGHT_DECAY), 0.0);
+    assert_eq!(producer(&g, "b.next").attrs.of(key::WEIGHT_DECAY), 0.1);
+    for (train, message) in [
+        ("no_decay=\"2d\"", "`no_decay` is \"1d\""),
+        ("params=[w], no_decay=[b]", "`b` in no_decay is not a param"),
+    ] {
+        let src = linear(&format!("train loss with adamw(lr=0.1, {train})"));
+        let text = sinter_ir::text::parse(&src)
+            .expect_err(train)
+            .render("t.sir", &src);
+        assert!(text.contains(message), "{train}: {text}");
+    }
+}

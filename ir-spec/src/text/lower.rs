@@ -669,14 +669,25 @@ impl Lowerer<'_> {
             }
         }
         let attrs = self.attrs(&t.attrs);
+        let no_decay = self.no_decay(t);
         let clip_norm = self.clip_norm(t);
         let schedule = self.schedule(t);
         let known = match optimizer {
             Ok(optimizer) => self.known_train_attrs(optimizer, t),
             Err(Failed) => Err(Failed),
         };
-        let (Ok(optimizer), Ok(loss), Some(params), Ok(attrs), Ok(clip_norm), Ok(schedule), Ok(())) =
-            (optimizer, loss, params, attrs, clip_norm, schedule, known)
+        let (
+            Ok(optimizer),
+            Ok(loss),
+            Some(params),
+            Ok(attrs),
+            Ok(clip_norm),
+            Ok(schedule),
+            Ok(no_decay),
+            Ok(()),
+        ) = (
+            optimizer, loss, params, attrs, clip_norm, schedule, no_decay, known,
+        )
         else {
             return Err(Failed);
         };
@@ -690,6 +701,7 @@ impl Lowerer<'_> {
             clip_norm,
             params: t.params.as_ref().map(|_| params),
             schedule,
+            no_decay,
         };
         let first_value = self.graph.values.len();
         let first_assign = self.graph.assigns.len();
@@ -786,6 +798,32 @@ impl Lowerer<'_> {
             }
         }
         if failed { Err(Failed) } else { Ok(s) }
+    }
+
+    /// `no_decay=[P1, ...]` or `no_decay="1d"`.
+    fn no_decay(&mut self, t: &Train) -> LResult<train::NoDecay> {
+        if let Some(list) = &t.no_decay {
+            let mut ids = Vec::new();
+            for ident in &list.names {
+                ids.push(self.use_name(ident)?);
+            }
+            return Ok(train::NoDecay::Listed(ids));
+        }
+        let Some(arg) = t.attrs.iter().find(|a| a.name.name == "no_decay") else {
+            return Ok(train::NoDecay::Nothing);
+        };
+        match arg.value.to_attr().as_ref().and_then(Attr::as_str) {
+            Some("1d") => Ok(train::NoDecay::OneD),
+            _ => {
+                let diag = Diagnostic::error(
+                    "`no_decay` is \"1d\" (the params of rank 0 or 1) or a list of params",
+                    arg.span.range(),
+                )
+                .with_label("invalid")
+                .with_help("for example `no_decay=\"1d\"` or `no_decay=[b1, ln.g]`");
+                Err(self.report(diag))
+            }
+        }
     }
 
     /// Rejects attributes that neither the optimizer nor `train` takes.
@@ -902,6 +940,18 @@ impl Lowerer<'_> {
                     })
                     .map_or(t.keyword, |a| a.span);
                 Diagnostic::error(message, span.range()).with_label("invalid schedule")
+            }
+            TrainError::NoDecay { name } => {
+                let span = t
+                    .no_decay
+                    .as_ref()
+                    .and_then(|l| l.names.iter().find(|n| n.name == name))
+                    .map_or(t.keyword, |n| n.span);
+                Diagnostic::error(
+                    format!("`{name}` in no_decay is not a param this `train` updates"),
+                    span.range(),
+                )
+                .with_label("not trained here")
             }
             TrainError::ClipNorm { value } => {
                 let span = t
