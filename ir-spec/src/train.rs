@@ -79,6 +79,9 @@ pub struct TrainSpec {
     pub schedule: LrSchedule,
     /// The params that get no weight decay (their group's `weight_decay` is 0).
     pub no_decay: NoDecay,
+    /// Gradient accumulation: a run is one micro-batch; every `accumulate`-th run applies the
+    /// mean of the micro-batches' gradients (1: every run updates).
+    pub accumulate: u64,
 }
 
 /// `no_decay=` of `train`: which params form the group without weight decay.
@@ -136,6 +139,7 @@ impl TrainSpec {
             params: None,
             schedule: LrSchedule::CONSTANT,
             no_decay: NoDecay::Nothing,
+            accumulate: 1,
         }
     }
 
@@ -245,22 +249,35 @@ pub const BIAS: &str = "train.bias_corrections";
 pub const BIAS_TABLE: &str = "train.bias_table";
 
 /// The attributes of `train` itself (the rest are the optimizer's).
-pub const TRAIN_ATTRS: [&str; 6] = [
+pub const TRAIN_ATTRS: [&str; 7] = [
     "clip_norm",
     "schedule",
     "warmup",
     "total_steps",
     "min_lr",
     "no_decay",
+    "accumulate",
 ];
+/// Gradient accumulation's micro-step counter, and whether this run updates.
+pub const MICRO: &str = "train.micro";
+pub const MICRO_NEXT: &str = "train.micro.next";
+pub const APPLY: &str = "train.apply";
 
 /// Added to the norm before dividing, as `torch.nn.utils.clip_grad_norm_` does.
 pub const CLIP_EPS: f64 = 1e-6;
 
 /// The suffixes of per-param names (`w1.grad`, `w1.m.next`, ...).
-const PARAM_SUFFIXES: [&str; 9] = [
+const PARAM_SUFFIXES: [&str; 17] = [
     "grad",
     "grad.clipped",
+    "grad.sum",
+    "grad.acc",
+    "grad.mean",
+    "grad.sum.after",
+    "after",
+    "m.after",
+    "v.after",
+    "momentum_buf.after",
     "m",
     "v",
     "momentum_buf",
@@ -312,6 +329,43 @@ pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(St
     }
     if adam || spec.schedule.varies() {
         names.push((STEP.into(), "the step counter".into()));
+    }
+    let accumulating = spec.accumulate > 1;
+    if accumulating {
+        names.push((MICRO.into(), "the micro-batch counter".into()));
+        for &p in params {
+            let p = g.name_of(p);
+            for (suffix, what) in [
+                ("grad.sum", "the summed gradient"),
+                ("grad.acc", "the summed gradient with this micro-batch's"),
+                ("grad.mean", "the mean gradient"),
+                ("grad.sum.after", "the summed gradient for the next run"),
+            ] {
+                names.push((format!("{p}.{suffix}"), format!("{what} of `{p}`")));
+            }
+        }
+        names.push((MICRO_NEXT.into(), "the new micro-batch counter".into()));
+        names.push((APPLY.into(), "whether this run updates".into()));
+        names.push((
+            "train.micro.after".into(),
+            "what the micro-batch counter becomes".into(),
+        ));
+        for &p in params {
+            let p = g.name_of(p);
+            names.push((format!("{p}.after"), format!("what `{p}` becomes")));
+            for (suffix, what) in states {
+                names.push((
+                    format!("{p}.{suffix}.after"),
+                    format!("what {what} of `{p}` becomes"),
+                ));
+            }
+        }
+        if adam || spec.schedule.varies() {
+            names.push((
+                "train.step.after".into(),
+                "what the step counter becomes".into(),
+            ));
+        }
     }
     if adam {
         names.push((BIAS_TABLE.into(), "the table of bias corrections".into()));
@@ -518,13 +572,23 @@ pub fn add_training(
     grad_inputs.extend(&params);
     let grads = g.add_node(Op::Grad, &grad_inputs, Attrs::new(), Some(&grad_names))?;
 
+    // Accumulation: the summed gradients and the micro-batch counter persist between runs.
+    let accumulation = if spec.accumulate > 1 {
+        Some(accumulate(g, &params, &names, &grads, spec.accumulate)?)
+    } else {
+        None
+    };
+    let means = accumulation
+        .as_ref()
+        .map_or(grads.clone(), |a| a.means.clone());
+
     // 3. Clipping.
     let (applied, grad_norm) = match spec.clip_norm {
         Some(clip) => {
-            let (applied, norm) = clip_by_global_norm(g, &grads, &names, clip)?;
+            let (applied, norm) = clip_by_global_norm(g, &means, &names, clip)?;
             (applied, Some(norm))
         }
-        None => (grads.clone(), None),
+        None => (means.clone(), None),
     };
 
     // 4. The step counter, 1 on the first run.
@@ -594,15 +658,40 @@ pub fn add_training(
         results.push(out);
     }
 
-    // 6. Assigns.
+    // 6. Assigns (with accumulation, only where this run updates).
+    let assign = |g: &mut Graph, target: ValueId, new: ValueId| -> Result<(), GraphError> {
+        let new = match &accumulation {
+            Some(a) => {
+                let name = format!("{}.after", g.name_of(target));
+                g.add_node(
+                    Op::Where,
+                    &[a.apply, new, target],
+                    Attrs::new(),
+                    Some(&[name]),
+                )?[0]
+            }
+            None => new,
+        };
+        g.add_assign(target, new)
+    };
     for (i, out) in results.iter().enumerate() {
-        g.add_assign(params[i], out[0])?;
+        assign(g, params[i], out[0])?;
         for (&state, &new) in per_param[i].iter().zip(&out[1..]) {
-            g.add_assign(state, new)?;
+            assign(g, state, new)?;
         }
     }
     if let (Some(s), Some(next)) = (step, step_next) {
-        g.add_assign(s, next)?;
+        assign(g, s, next)?;
+    }
+    if let Some(a) = &accumulation {
+        for (i, &sum) in a.sums.iter().enumerate() {
+            g.add_assign(sum, a.sums_after[i])?;
+        }
+        g.add_assign(a.micro, a.micro_after)?;
+    }
+    if let Some(a) = &accumulation {
+        states.extend(&a.sums);
+        states.push(a.micro);
     }
     Ok(TrainStep {
         params,
@@ -612,6 +701,77 @@ pub fn add_training(
         states,
         step,
         new_params: results.iter().map(|r| r[0]).collect(),
+    })
+}
+
+/// The values of gradient accumulation over `k` micro-batches.
+struct Accumulation {
+    /// `{p}.grad.sum` (states) and what they become after this run.
+    sums: Vec<ValueId>,
+    sums_after: Vec<ValueId>,
+    /// `{p}.grad.mean`: the mean of the micro-batches' gradients, which the update applies.
+    means: Vec<ValueId>,
+    micro: ValueId,
+    micro_after: ValueId,
+    /// `train.apply`: 1 on every `k`-th run, else 0.
+    apply: ValueId,
+}
+
+/// `{p}.grad.sum` states and `train.micro`; `{p}.grad.acc = {p}.grad.sum + {p}.grad`,
+/// `{p}.grad.mean = {p}.grad.acc / k`, `train.micro.next = train.micro + 1`,
+/// `train.apply = eq(train.micro.next, k)`, and what the sums and the counter become:
+/// 0 where this run applies, else `{p}.grad.acc` and `train.micro.next`.
+fn accumulate(
+    g: &mut Graph,
+    params: &[ValueId],
+    names: &[String],
+    grads: &[ValueId],
+    k: u64,
+) -> Result<Accumulation, GraphError> {
+    let mut sums = Vec::new();
+    for (&p, name) in params.iter().zip(names) {
+        let ty = g.ty(p).clone();
+        sums.push(g.add_state(format!("{name}.grad.sum"), ty, Init::Zeros)?);
+    }
+    let micro = g.add_state(MICRO, TensorType::f32(vec![]), Init::Zeros)?;
+    let mut accs = Vec::new();
+    let mut means = Vec::new();
+    for ((&sum, &grad), name) in sums.iter().zip(grads).zip(names) {
+        let acc = [format!("{name}.grad.acc")];
+        let acc = g.add_node(Op::Add, &[sum, grad], Attrs::new(), Some(&acc))?[0];
+        let share = g.constant(1.0 / k as f64)?;
+        let mean = [format!("{name}.grad.mean")];
+        means.push(g.add_node(Op::Mul, &[acc, share], Attrs::new(), Some(&mean))?[0]);
+        accs.push(acc);
+    }
+    let one = g.constant(1.0)?;
+    let next = g.add_node(
+        Op::Add,
+        &[micro, one],
+        Attrs::new(),
+        Some(&[MICRO_NEXT.into()]),
+    )?[0];
+    let count = g.constant(k as f64)?;
+    let apply = g.add_node(Op::Eq, &[next, count], Attrs::new(), Some(&[APPLY.into()]))?[0];
+    let zero = g.constant(0.0)?;
+    let mut sums_after = Vec::new();
+    for (&acc, name) in accs.iter().zip(names) {
+        let after = [format!("{name}.grad.sum.after")];
+        sums_after.push(g.add_node(Op::Where, &[apply, zero, acc], Attrs::new(), Some(&after))?[0]);
+    }
+    let micro_after = g.add_node(
+        Op::Where,
+        &[apply, zero, next],
+        Attrs::new(),
+        Some(&["train.micro.after".into()]),
+    )?[0];
+    Ok(Accumulation {
+        sums,
+        sums_after,
+        means,
+        micro,
+        micro_after,
+        apply,
     })
 }
 

@@ -672,6 +672,7 @@ impl Lowerer<'_> {
         let no_decay = self.no_decay(t);
         let clip_norm = self.clip_norm(t);
         let schedule = self.schedule(t);
+        let micro_batches = self.accumulate(t);
         let known = match optimizer {
             Ok(optimizer) => self.known_train_attrs(optimizer, t),
             Err(Failed) => Err(Failed),
@@ -684,9 +685,18 @@ impl Lowerer<'_> {
             Ok(clip_norm),
             Ok(schedule),
             Ok(no_decay),
+            Ok(micro_batches),
             Ok(()),
         ) = (
-            optimizer, loss, params, attrs, clip_norm, schedule, no_decay, known,
+            optimizer,
+            loss,
+            params,
+            attrs,
+            clip_norm,
+            schedule,
+            no_decay,
+            micro_batches,
+            known,
         )
         else {
             return Err(Failed);
@@ -702,6 +712,7 @@ impl Lowerer<'_> {
             params: t.params.as_ref().map(|_| params),
             schedule,
             no_decay,
+            accumulate: micro_batches,
         };
         let first_value = self.graph.values.len();
         let first_assign = self.graph.assigns.len();
@@ -798,6 +809,24 @@ impl Lowerer<'_> {
             }
         }
         if failed { Err(Failed) } else { Ok(s) }
+    }
+
+    /// `accumulate=K`, K ≥ 1 (default 1).
+    fn accumulate(&mut self, t: &Train) -> LResult<u64> {
+        let Some(arg) = t.attrs.iter().find(|a| a.name.name == "accumulate") else {
+            return Ok(1);
+        };
+        match arg.value.to_attr().as_ref().and_then(Attr::as_int) {
+            Some(k) if (1..=i64::from(u32::MAX)).contains(&k) => Ok(k as u64),
+            _ => {
+                let diag = Diagnostic::error(
+                    "`accumulate` is the number of micro-batches per update, a whole number from 1",
+                    arg.span.range(),
+                )
+                .with_label("invalid");
+                Err(self.report(diag))
+            }
+        }
     }
 
     /// `no_decay=[P1, ...]` or `no_decay="1d"`.
