@@ -45,11 +45,15 @@ pub fn is_primitive(op: Op) -> bool {
 /// `g` with every non-primitive op replaced by primitives; names, assigns and outputs are kept.
 /// `g` must be free of `attention` and `grad` (run expansion and autodiff first).
 pub fn decompose(g: &Graph) -> Graph {
+    let mut shared = Shared::default();
     rebuild(g, |rb, node, inputs| {
         if is_primitive(node.op) {
             return Ok(None);
         }
-        let mut b = Builder { rb };
+        let mut b = Builder {
+            rb,
+            shared: &mut shared,
+        };
         b.expand(node, inputs).map(Some)
     })
     .expect("the decomposition of a verified graph type-checks")
@@ -58,6 +62,15 @@ pub fn decompose(g: &Graph) -> Graph {
 /// Emits primitives into a graph under [`rebuild`].
 struct Builder<'r, 'a> {
     rb: &'r mut Rebuild<'a>,
+    shared: &'r mut Shared,
+}
+
+/// Values several optimizer nodes of one step need, made once: the two bias corrections of a
+/// `bias_corrections` operand, and `1 − wd·lr` per (lr operand, weight decay).
+#[derive(Default)]
+struct Shared {
+    corrections: std::collections::HashMap<ValueId, (ValueId, ValueId)>,
+    decay: std::collections::HashMap<(ValueId, u64), ValueId>,
 }
 
 type Result<T> = std::result::Result<T, GraphError>;
@@ -329,8 +342,15 @@ impl Builder<'_, '_> {
             p = match lr_value {
                 // 1 − lr·wd from the step's lr
                 Some(lr) => {
-                    let decay = self.const_with(Op::Mul, wd, lr)?;
-                    let keep = self.const_with(Op::Sub, 1.0, decay)?;
+                    let keep = match self.shared.decay.get(&(lr, wd.to_bits())) {
+                        Some(&keep) => keep,
+                        None => {
+                            let decay = self.const_with(Op::Mul, wd, lr)?;
+                            let keep = self.const_with(Op::Sub, 1.0, decay)?;
+                            self.shared.decay.insert((lr, wd.to_bits()), keep);
+                            keep
+                        }
+                    };
                     self.op(Op::Mul, &[param, keep])?
                 }
                 None => self.with_const(Op::Mul, param, 1.0 - lr * wd)?,
@@ -347,6 +367,9 @@ impl Builder<'_, '_> {
         let v_fresh = self.const_with(Op::Mul, 1.0 - beta2, g2)?;
         let new_v = self.op(Op::Add, &[v_kept, v_fresh])?;
         let (bc1, bc2) = match x.get(6) {
+            Some(corrections) if self.shared.corrections.contains_key(corrections) => {
+                self.shared.corrections[corrections]
+            }
             Some(&corrections) => {
                 let pick = |b: &mut Self, i: usize| -> Result<ValueId> {
                     let attrs = Attrs::new()
@@ -356,7 +379,9 @@ impl Builder<'_, '_> {
                     let one = b.rb.add(Op::Slice, &[corrections], attrs)?;
                     b.reshape(one, vec![])
                 };
-                (pick(self, 0)?, pick(self, 1)?)
+                let both = (pick(self, 0)?, pick(self, 1)?);
+                self.shared.corrections.insert(corrections, both);
+                both
             }
             None => {
                 let pow1 = self.const_with(Op::Pow, beta1, t)?;

@@ -203,7 +203,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         ))?;
     }
     let order = shuffle_seed.map_or(Order::InOrder, Order::Shuffled);
-    console::println(&describe_run(&graph, &session, &data, args))?;
+    console::println(&describe_run(&graph, &session, &data, args, shuffle_seed))?;
 
     let bar = progress_bar(args.steps);
     let loss_name = [args.loss.as_str()];
@@ -383,13 +383,19 @@ fn check_loss(artifact: &Artifact, name: &str) -> Result<(), CliError> {
 
 /// `training `digits_mlp` on ADAPTER: 1497 samples of `x`, `labels` in batches of 32 (46 per
 /// epoch, shuffled with seed 1); loss read every 10 steps`
-fn describe_run(graph: &str, session: &Session, data: &DataSet, args: &Args) -> String {
+fn describe_run(
+    graph: &str,
+    session: &Session,
+    data: &DataSet,
+    args: &Args,
+    shuffle_seed: Option<u64>,
+) -> String {
     let batched: Vec<String> = session
         .inputs()
         .filter(|s| !args.inputs.iter().any(|f| f.name == s.name))
         .map(|s| format!("`{}`", s.name))
         .collect();
-    let order = match args.shuffle_seed {
+    let order = match shuffle_seed {
         Some(seed) => format!("shuffled with seed {seed}"),
         None => "in file order".to_string(),
     };
