@@ -65,7 +65,14 @@ def simple(name, expr, inputs, reference, outputs=("y",)):
     case(name, program(body, decls), inputs, reference)
 
 
-# ---------------------------------------------------------------- elementwise
+# ---------------------------------------------------------------- elementwise (and a loss)
+_logits, _labels = f32(6, 5), np.array([1, -100, 3, -100, 0, 4], dtype="<i4")
+for _red in ("mean", "sum", "none"):
+    case(f"cross_entropy ignore_index {_red}",
+         program(f'  y = cross_entropy(x, t, reduction="{_red}", ignore_index=-100)\n  output y',
+                 [("x", ty(_logits)), ("t", ty(_labels))]),
+         {"x": _logits, "t": _labels},
+         lambda v, r=_red: {"y": F.cross_entropy(t(v["x"]), t(v["t"]), reduction=r, ignore_index=-100)})
 x = f32(3, 7)
 xp = f32(3, 7, positive=True)
 for op, fn, arg in [

@@ -145,7 +145,14 @@ pub fn analyze(g: &Graph) -> Result<Contracts, CompileError> {
             }
             Op::CrossEntropy => {
                 let classes = g.ty(node.inputs[0]).shape[1];
-                (node.inputs[1], Requirement::index(classes), "class label")
+                let mut req = Requirement::index(classes);
+                // the ignored label may lie outside the classes (PyTorch's habit is -100); a
+                // label between it and the classes gives a NaN loss on the GPU
+                if let Some(ignore) = node.attrs.try_of(key::IGNORE_INDEX) {
+                    req.lo = req.lo.min(ignore as f64);
+                    req.hi = req.hi.max(ignore as f64);
+                }
+                (node.inputs[1], req, "class label")
             }
             Op::Adam | Op::AdamW => {
                 let req = Requirement {

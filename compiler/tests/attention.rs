@@ -293,6 +293,39 @@ fn broadcast_heads_and_forward_only() {
     });
 }
 
+#[test]
+fn grouped_and_multi_query_composite() {
+    // k and v with fewer heads than q: the composite reads them broadcast over each group of
+    // query heads (no copy), and every kernel finds them so; autodiff sums the dK/dV kernel's
+    // per-query-head gradients over the group
+    for (name, kv, attention, extra) in [
+        ("grouped", 2, "attention(q, k, v, causal=true)", ""),
+        ("multi-query", 1, "attention(q, k, v)", ""),
+        (
+            "grouped, per-head additive mask",
+            2,
+            "attention(q, k, v, m, mask_kind=\"additive\")",
+            "\n  input m: f32[1, 4, 7, 11]",
+        ),
+    ] {
+        let decls = format!(
+            "  input q: f32[2, 4, 7, 4]\n  param k: f32[2, {kv}, 11, 4] = normal(seed=1)\n  param v: f32[2, {kv}, 11, 6] = normal(seed=2)\n  input w: f32[2, 4, 7, 6]{extra}"
+        );
+        check(&Case {
+            name,
+            src: step(&decls, attention),
+            want: ALL,
+            // as with broadcast heads written by hand: the dK/dV kernel extraction picks takes
+            // the score's scale after autodiff's sum over the group (fewer elements), the dQ
+            // kernel inside its score backward, so the two score backwards differ and the
+            // kernels stay two
+            merged: ALL,
+            sq: 7,
+            sk: 11,
+        });
+    }
+}
+
 /// Forward and backward of an attention at GPT-2's heads (B 4, H 12), sequence length `s`,
 /// head dim `d`.
 fn gpt2_heads(s: usize, d: usize, causal: bool) -> sinter_ir::Graph {

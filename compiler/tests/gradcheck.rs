@@ -545,6 +545,16 @@ fn cross_entropy_reductions() {
     case(scalar_loss(decls, expr, "4", "logits"))
         .below("labels", 5)
         .check();
+    // an ignored label: those rows get no gradient and leave the mean
+    for reduction in ["mean", "sum", "none"] {
+        let expr =
+            format!("cross_entropy(logits, labels, reduction=\"{reduction}\", ignore_index=1)");
+        let out = if reduction == "none" { "6" } else { "" };
+        let decls = "  input logits: f32[6, 3]\n  input labels: i32[6]";
+        case(scalar_loss(decls, &expr, out, "logits"))
+            .given("labels", vec![1.0, 0.0, 1.0, 2.0, 1.0, 0.0])
+            .check();
+    }
     // scaled: dy is not 1
     let src = "graph t {\n  input logits: f32[3, 4]\n  input labels: i32[3]\n  \
                loss = mul(cross_entropy(logits, labels), 3.0)\n  d = grad(loss, logits)\n  output d\n}";
@@ -599,6 +609,23 @@ fn attention_with_every_mask_kind() {
             c
         };
         c.check();
+    }
+}
+
+#[test]
+fn attention_with_grouped_and_shared_key_value_heads() {
+    // four query heads over two key/value heads (grouped) and over one (multi-query): each
+    // key/value head's gradient sums those of the query heads of its group
+    #[rustfmt::skip]
+    let cases = [
+        ("  input q: f32[1, 4, 3, 2]\n  input k: f32[1, 2, 4, 2]\n  input v: f32[1, 2, 4, 3]", "attention(q, k, v, causal=true)"),
+        ("  input q: f32[2, 4, 3, 2]\n  input k: f32[2, 1, 4, 2]\n  input v: f32[2, 1, 4, 3]", "attention(q, k, v)"),
+        ("  input q: f32[1, 4, 3, 2]\n  input k: f32[1, 2, 4, 2]\n  input v: f32[1, 2, 4, 3]\n  input m: f32[1, 4, 3, 4]", r#"attention(q, k, v, m, mask_kind="additive")"#),
+    ];
+    for (decls, expr) in cases {
+        let batch = if decls.contains("q: f32[2") { 2 } else { 1 };
+        let out = format!("{batch}, 4, 3, 3");
+        case(scalar_loss(decls, expr, &out, "q, k, v")).check();
     }
 }
 

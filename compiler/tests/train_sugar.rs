@@ -227,3 +227,44 @@ fn clip_norm_clips_large_gradients() {
     step(&loose, &small, &mut b);
     assert_close(&a["w"].data, &b["w"].data, 1e-12, "w below the threshold");
 }
+
+#[test]
+fn accumulating_two_half_batches_is_one_full_batch_step() {
+    // accumulate=2 on the two halves of the data applies the mean of their gradients, which
+    // for a mean loss over equal halves is the full batch's gradient: two updates from four
+    // runs equal two full-batch updates (AdamW with a warmup, clipping and no_decay too)
+    let train = "schedule=\"cosine\", warmup=1, total_steps=4, clip_norm=0.5, no_decay=\"1d\"";
+    let full = compile(&regression(&format!(
+        "train loss with adamw(lr=0.05, weight_decay=0.1, {train})"
+    )));
+    let half_src = regression(&format!(
+        "train loss with adamw(lr=0.05, weight_decay=0.1, accumulate=2, {train})"
+    ))
+    .replace(&format!("[{N}, "), &format!("[{}, ", N / 2));
+    let halves = compile(&half_src);
+    let inputs = data(1.0);
+    let half = |part: usize| -> HashMap<String, Tensor> {
+        inputs
+            .iter()
+            .map(|(name, t)| {
+                let cols = t.shape()[1];
+                let rows = N / 2;
+                let data = t.data[part * rows * cols..(part + 1) * rows * cols].to_vec();
+                (name.clone(), Tensor::f32(vec![rows, cols], data))
+            })
+            .collect()
+    };
+    let (mut a, mut b) = (HashMap::new(), HashMap::new());
+    for _ in 0..2 {
+        step(&full, &inputs, &mut a);
+        step(&halves, &half(0), &mut b);
+        step(&halves, &half(1), &mut b);
+    }
+    for name in ["w", "b", "w.m", "w.v", "train.step"] {
+        assert_close(&b[name].data, &a[name].data, 1e-12, name);
+    }
+    // the sums start again from zero and the micro-batch counter from 0
+    assert!(b["w.grad.sum"].data.iter().all(|&v| v == 0.0));
+    assert_eq!(b["train.micro"].data, [0.0]);
+    assert_eq!(b["train.step"].data, [2.0]);
+}

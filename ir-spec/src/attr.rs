@@ -224,6 +224,11 @@ impl Attrs {
         self.set(key.name, K::write(value));
     }
 
+    /// Removes the attribute `name`, if present.
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(k, _)| k != name);
+    }
+
     /// `self` with `key` set to `value`.
     pub fn and<K: Kind>(mut self, key: Key<K>, value: K::In) -> Attrs {
         self.put(key, value);
@@ -437,6 +442,7 @@ pub mod key {
     pub const WEIGHT_DECAY: Key<Float> = Key::new("weight_decay", AttrKind::Float);
     pub const BETA1: Key<Float> = Key::new("beta1", AttrKind::Float);
     pub const BETA2: Key<Float> = Key::new("beta2", AttrKind::Float);
+    pub const IGNORE_INDEX: Key<Int> = Key::new("ignore_index", AttrKind::Int);
 
     /// `reduction` of the losses.
     pub const REDUCTION_KINDS: &[&str] = &["mean", "sum", "none"];
@@ -477,6 +483,7 @@ pub mod key {
         (WEIGHT_DECAY.name, WEIGHT_DECAY.kind),
         (BETA1.name, BETA1.kind),
         (BETA2.name, BETA2.kind),
+        (IGNORE_INDEX.name, IGNORE_INDEX.kind),
     ];
 }
 

@@ -53,6 +53,7 @@ pub fn decompose(g: &Graph) -> Graph {
 /// [`decompose`], also returning the new graph's value for each value of `g` (by index; a value
 /// of a decomposed op is its result's replacement).
 pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
+    let mut shared = Shared::default();
     rebuild_mapped(g, |rb, node, inputs| {
         if is_primitive(node.op) {
             return Ok(None);
@@ -61,7 +62,10 @@ pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
             .outputs
             .iter()
             .any(|&o| rb.old.ty(o).dtype == DType::F16);
-        let mut b = Builder { rb };
+        let mut b = Builder {
+            rb,
+            shared: &mut shared,
+        };
         if !half {
             return b.expand(node, inputs).map(Some);
         }
@@ -83,6 +87,15 @@ pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
 /// Emits primitives into a graph under [`rebuild`].
 struct Builder<'r, 'a> {
     rb: &'r mut Rebuild<'a>,
+    shared: &'r mut Shared,
+}
+
+/// Values several optimizer nodes of one step need, made once: the two bias corrections of a
+/// `bias_corrections` operand, and `1 − wd·lr` per (lr operand, weight decay).
+#[derive(Default)]
+struct Shared {
+    corrections: std::collections::HashMap<ValueId, (ValueId, ValueId)>,
+    decay: std::collections::HashMap<(ValueId, u64), ValueId>,
 }
 
 type Result<T> = std::result::Result<T, GraphError>;
@@ -180,6 +193,38 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// `cross_entropy`'s per-row losses with rows labelled `ignore` counting 0 and left out of
+    /// the mean (`Σ losses / Σ kept`), and NaN for a row whose label is neither `ignore` nor a
+    /// class (which the interpreter refuses; bounds admit the labels between).
+    fn ignoring(
+        &mut self,
+        per_row: ValueId,
+        labels: ValueId,
+        ignore: i64,
+        classes: usize,
+        reduction: &str,
+    ) -> Result<ValueId> {
+        let ignored = self.with_const(Op::Eq, labels, ignore as f64)?;
+        let at_least_0 = self.with_const(Op::Ge, labels, 0.0)?;
+        let below_c = self.with_const(Op::Lt, labels, classes as f64)?;
+        let class = self.op(Op::Mul, &[at_least_0, below_c])?;
+        // NaN is no constant: the square root of -1
+        let minus_one = self.c(-1.0)?;
+        let nan = self.op(Op::Sqrt, &[minus_one])?;
+        let checked = self.op(Op::Where, &[class, per_row, nan])?;
+        let zero = self.c(0.0)?;
+        let losses = self.op(Op::Where, &[ignored, zero, checked])?;
+        match reduction {
+            "mean" => {
+                let total = self.reduce(Op::Sum, losses, &[0], false)?;
+                let kept = self.const_with(Op::Sub, 1.0, ignored)?;
+                let count = self.reduce(Op::Sum, kept, &[0], false)?;
+                self.op(Op::Div, &[total, count])
+            }
+            other => self.reduction(losses, other),
+        }
+    }
+
     fn expand(&mut self, node: &Node, x: &[ValueId]) -> Result<Vec<ValueId>> {
         use Op::*;
         let one = |v: ValueId| Ok(vec![v]);
@@ -265,7 +310,14 @@ impl Builder<'_, '_> {
                 let picked = self.reduce(Sum, picked, &[1], true)?;
                 let per_row = self.op(Sub, &[lse, picked])?;
                 let per_row = self.reshape(per_row, vec![shape[0]])?;
-                one(self.reduction(per_row, node.attr(key::REDUCTION))?)
+                let reduction = node.attr(key::REDUCTION);
+                match node.attrs.try_of(key::IGNORE_INDEX) {
+                    None => one(self.reduction(per_row, reduction)?),
+                    Some(ignore) => {
+                        let labels_f = self.reshape(labels_f, vec![shape[0]])?;
+                        one(self.ignoring(per_row, labels_f, ignore, shape[1], reduction)?)
+                    }
+                }
             }
             MseLoss => {
                 let d = self.op(Sub, &[x[0], x[1]])?;
@@ -282,6 +334,8 @@ impl Builder<'_, '_> {
     /// (1 − dampening)·g` and `g = nesterov ? g + momentum·buf' : buf'`; `param' = param − lr·g`.
     fn sgd(&mut self, node: &Node, x: &[ValueId]) -> Result<Vec<ValueId>> {
         let (param, grad) = (x[0], x[1]);
+        let momentum = node.attr(key::MOMENTUM);
+        let tensors = 2 + usize::from(momentum != 0.0);
         let wd = node.attr(key::WEIGHT_DECAY);
         let mut g = grad;
         if wd != 0.0 {
@@ -289,8 +343,8 @@ impl Builder<'_, '_> {
             g = self.op(Op::Add, &[grad, decay])?;
         }
         let mut results = Vec::new();
-        if let Some(&buf) = x.get(2) {
-            let momentum = node.attr(key::MOMENTUM);
+        if momentum != 0.0 {
+            let buf = x[2];
             let kept = self.const_with(Op::Mul, momentum, buf)?;
             let fresh = self.const_with(Op::Mul, 1.0 - node.attr(key::DAMPENING), g)?;
             let new_buf = self.op(Op::Add, &[kept, fresh])?;
@@ -302,7 +356,10 @@ impl Builder<'_, '_> {
             };
             results.push(new_buf);
         }
-        let step = self.const_with(Op::Mul, node.attr(key::LR), g)?;
+        let step = match x.get(tensors) {
+            Some(&lr) => self.op(Op::Mul, &[lr, g])?,
+            None => self.const_with(Op::Mul, node.attr(key::LR), g)?,
+        };
         let new_param = self.op(Op::Sub, &[param, step])?;
         results.insert(0, new_param);
         Ok(results)
@@ -314,8 +371,24 @@ impl Builder<'_, '_> {
         let [lr, beta1, beta2, eps, wd] =
             [key::LR, key::BETA1, key::BETA2, key::EPS, key::WEIGHT_DECAY].map(|k| node.attr(k));
         let (mut p, mut g) = (param, grad);
+        let lr_value = x.get(5).copied();
         if node.op == Op::AdamW {
-            p = self.with_const(Op::Mul, param, 1.0 - lr * wd)?;
+            p = match lr_value {
+                // 1 − lr·wd from the step's lr
+                Some(lr) => {
+                    let keep = match self.shared.decay.get(&(lr, wd.to_bits())) {
+                        Some(&keep) => keep,
+                        None => {
+                            let decay = self.const_with(Op::Mul, wd, lr)?;
+                            let keep = self.const_with(Op::Sub, 1.0, decay)?;
+                            self.shared.decay.insert((lr, wd.to_bits()), keep);
+                            keep
+                        }
+                    };
+                    self.op(Op::Mul, &[param, keep])?
+                }
+                None => self.with_const(Op::Mul, param, 1.0 - lr * wd)?,
+            };
         } else if wd != 0.0 {
             let decay = self.const_with(Op::Mul, wd, param)?;
             g = self.op(Op::Add, &[grad, decay])?;
@@ -327,15 +400,38 @@ impl Builder<'_, '_> {
         let v_kept = self.const_with(Op::Mul, beta2, v)?;
         let v_fresh = self.const_with(Op::Mul, 1.0 - beta2, g2)?;
         let new_v = self.op(Op::Add, &[v_kept, v_fresh])?;
-        let pow1 = self.const_with(Op::Pow, beta1, t)?;
-        let bc1 = self.const_with(Op::Sub, 1.0, pow1)?;
-        let pow2 = self.const_with(Op::Pow, beta2, t)?;
-        let bc2 = self.const_with(Op::Sub, 1.0, pow2)?;
+        let (bc1, bc2) = match x.get(6) {
+            Some(corrections) if self.shared.corrections.contains_key(corrections) => {
+                self.shared.corrections[corrections]
+            }
+            Some(&corrections) => {
+                let pick = |b: &mut Self, i: usize| -> Result<ValueId> {
+                    let attrs = Attrs::new()
+                        .and(key::AXIS, 0)
+                        .and(key::START, i)
+                        .and(key::END, i + 1);
+                    let one = b.rb.add(Op::Slice, &[corrections], attrs)?;
+                    b.reshape(one, vec![])
+                };
+                let both = (pick(self, 0)?, pick(self, 1)?);
+                self.shared.corrections.insert(corrections, both);
+                both
+            }
+            None => {
+                let pow1 = self.const_with(Op::Pow, beta1, t)?;
+                let bc1 = self.const_with(Op::Sub, 1.0, pow1)?;
+                let pow2 = self.const_with(Op::Pow, beta2, t)?;
+                (bc1, self.const_with(Op::Sub, 1.0, pow2)?)
+            }
+        };
         let m_hat = self.op(Op::Div, &[new_m, bc1])?;
         let v_hat = self.op(Op::Div, &[new_v, bc2])?;
         let root = self.op(Op::Sqrt, &[v_hat])?;
         let denom = self.with_const(Op::Add, root, eps)?;
-        let num = self.const_with(Op::Mul, lr, m_hat)?;
+        let num = match lr_value {
+            Some(lr) => self.op(Op::Mul, &[lr, m_hat])?,
+            None => self.const_with(Op::Mul, lr, m_hat)?,
+        };
         let ratio = self.op(Op::Div, &[num, denom])?;
         let new_p = self.op(Op::Sub, &[p, ratio])?;
         Ok(vec![new_p, new_m, new_v])

@@ -13,6 +13,12 @@
 //! `keep = le(col, row)`, window `keep = lt(abs(sub(row, col)), constant(window))`, and both
 //! `mul` of the two. The interpreter evaluates `attention` directly with exactly these steps,
 //! in this order.
+//!
+//! Where `k` and `v` have fewer heads than `q` (grouped-query attention, `H = kv_heads ·
+//! group`), the same steps run on five-dimensional views: `q` reshaped to `[B, kv_heads,
+//! group, Sq, D]`, `k` and `v` unsqueezed to `[B, kv_heads, 1, Sk, D]` (the products broadcast
+//! them over the group), the mask split alike, and the result reshaped back to
+//! `[B, H, Sq, Dv]`.
 
 use crate::attr::Attrs;
 use crate::attr::key;
@@ -224,12 +230,35 @@ fn expand_attention(
     inputs: &[ValueId],
 ) -> Result<ValueId, GraphError> {
     let a = &node.attrs;
-    let (q, k, v, mask) = (inputs[0], inputs[1], inputs[2], inputs.get(3).copied());
-    let (sq, sk) = (rb.graph().ty(q).shape[2], rb.graph().ty(k).shape[2]);
+    let (mut q, mut k, mut v, mut mask) = (inputs[0], inputs[1], inputs[2], inputs.get(3).copied());
+    let q_shape = rb.graph().ty(q).shape.clone();
+    let (heads, sq) = (q_shape[1], q_shape[2]);
+    let (kv_heads, sk) = (rb.graph().ty(k).shape[1], rb.graph().ty(k).shape[2]);
+    let grouped = kv_heads != heads;
+    if grouped {
+        // Grouped-query attention in five dimensions, `[B, kv_heads, group, S, D]`: q's heads
+        // split into groups (a view), k and v gain a group axis of extent 1 (a view) along
+        // which the products broadcast; no key or value is copied.
+        let group = heads / kv_heads;
+        let split = |shape: &[usize]| {
+            let mut s = shape.to_vec();
+            s.splice(1..2, [kv_heads, group]);
+            s
+        };
+        q = reshape(rb, q, split(&q_shape))?;
+        k = rb.add(Op::Unsqueeze, &[k], Attrs::new().and(key::AXIS, 2))?;
+        v = rb.add(Op::Unsqueeze, &[v], Attrs::new().and(key::AXIS, 2))?;
+        if let Some(m) = mask {
+            mask = Some(group_mask(rb, m, kv_heads, group)?);
+        }
+    }
+    let rank = rb.graph().ty(q).rank();
     let kt = rb.add(
         Op::Transpose,
         &[k],
-        Attrs::new().and(key::DIM0, 2).and(key::DIM1, 3),
+        Attrs::new()
+            .and(key::DIM0, rank - 2)
+            .and(key::DIM1, rank - 1),
     )?;
     let qk = rb.add(Op::Matmul, &[q, kt], Attrs::new())?;
     let scale = rb.constant(a.of(key::SCALE))?;
@@ -246,8 +275,39 @@ fn expand_attention(
         let neg_inf = rb.constant(f64::NEG_INFINITY)?;
         s = rb.add(Op::Where, &[keep, s, neg_inf], Attrs::new())?;
     }
-    let p = rb.add(Op::Softmax, &[s], Attrs::new().and(key::AXIS, 3))?;
-    rb.add(Op::Matmul, &[p, v], Attrs::new())
+    let p = rb.add(Op::Softmax, &[s], Attrs::new().and(key::AXIS, rank - 1))?;
+    let o = rb.add(Op::Matmul, &[p, v], Attrs::new())?;
+    if !grouped {
+        return Ok(o);
+    }
+    let mut out = q_shape;
+    out[3] = rb.graph().ty(o).shape[rank - 1];
+    reshape(rb, o, out)
+}
+
+fn reshape(rb: &mut Rebuild, x: ValueId, shape: Vec<usize>) -> Result<ValueId, GraphError> {
+    rb.add(Op::Reshape, &[x], Attrs::new().and(key::SHAPE, shape))
+}
+
+/// A mask that broadcasts to the scores `[B, H, Sq, Sk]` as the same mask over the grouped
+/// scores `[B, kv_heads, group, Sq, Sk]`: padded to rank 4, its head axis (1 or `H`) split in
+/// two.
+fn group_mask(
+    rb: &mut Rebuild,
+    mask: ValueId,
+    kv_heads: usize,
+    group: usize,
+) -> Result<ValueId, GraphError> {
+    let shape = &rb.graph().ty(mask).shape;
+    let mut padded = vec![1; 4 - shape.len()];
+    padded.extend(shape);
+    let heads = if padded[1] == 1 {
+        [1, 1]
+    } else {
+        [kv_heads, group]
+    };
+    let grouped = vec![padded[0], heads[0], heads[1], padded[2], padded[3]];
+    reshape(rb, mask, grouped)
 }
 
 /// The `[Sq, Sk]` 0/1 condition of keys a query may see under `causal` and `window`; `None`

@@ -774,8 +774,14 @@ impl Cx<'_> {
             Sgd => self.sgd(),
             Adam | AdamW => {
                 let p = self.input(0).clone();
-                for i in 0..5 {
+                for i in 0..self.inputs.len() {
                     self.expect_dtype(i, DType::F32)?;
+                }
+                if self.inputs.len() > 5 {
+                    self.expect_shape(5, &[], "the step's learning rate, a scalar")?;
+                }
+                if self.inputs.len() > 6 {
+                    self.expect_shape(6, &[2], "the step's 1 - beta1^t and 1 - beta2^t")?;
                 }
                 for (i, what) in [
                     (1, "the gradient"),
@@ -1142,9 +1148,24 @@ impl Cx<'_> {
             self.input(2).clone(),
         );
         let (b, h, sq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-        let sk = k.shape[2];
-        self.expect_shape(1, &[b, h, sk, d], "batch, heads and head_dim of q")?;
-        self.expect_shape(2, &[b, h, sk, v.shape[3]], "batch, heads and seq of k")?;
+        let (kv_heads, sk) = (k.shape[1], k.shape[2]);
+        // grouped-query attention: k and v may have fewer heads, each shared by a group of
+        // query heads
+        if !h.is_multiple_of(kv_heads) {
+            return Err(operand_err(
+                1,
+                format!(
+                    "`k` has {kv_heads} heads and `q` {h}: the key/value heads must divide \
+                     the query heads (each serves a group of consecutive query heads)"
+                ),
+            ));
+        }
+        self.expect_shape(1, &[b, kv_heads, sk, d], "batch and head_dim of q")?;
+        self.expect_shape(
+            2,
+            &[b, kv_heads, sk, v.shape[3]],
+            "batch, heads and seq of k",
+        )?;
         let mask_kind = self.attrs.of(key::MASK_KIND).to_string();
         if self.inputs.len() == 4 {
             let m = self.input(3).clone();
@@ -1175,13 +1196,40 @@ impl Cx<'_> {
 
     fn sgd(&mut self) -> Result<Vec<TensorType>> {
         let p = self.input(0).clone();
+        let momentum = self.non_negative(key::MOMENTUM)?;
+        // the operands: param, grad, the buffer exactly with momentum, then an optional lr
+        let tensors = (2 + usize::from(momentum != 0.0)).min(self.inputs.len());
         for i in 0..self.inputs.len() {
             self.expect_dtype(i, DType::F32)?;
-            self.expect_shape(i, &p.shape, "the param's shape")?;
+            if i < tensors {
+                self.expect_shape(i, &p.shape, "the param's shape")?;
+            }
         }
-        self.non_negative(key::LR)?;
+        let lr_operand = self.inputs.len() > tensors;
+        if lr_operand {
+            let at = self.inputs.len() - 1;
+            if momentum == 0.0 && self.inputs.len() == 3 && self.input(2).shape != [0usize; 0] {
+                return Err(operand_err(
+                    2,
+                    "`sgd` without momentum takes no momentum buffer (a third operand is the \
+                     step's learning rate, f32[])",
+                ));
+            }
+            self.expect_shape(at, &[], "the step's learning rate, a scalar")?;
+            if self.attrs.get(key::LR.name).is_some() {
+                return Err(attr_err(
+                    "lr",
+                    "`sgd` takes the learning rate either as the operand or as `lr=`, not both",
+                ));
+            }
+        } else if self.attrs.get(key::LR.name).is_none() {
+            return Err(
+                TypeError::new(Blame::Op, "`sgd` needs the attribute `lr`").hint("add `lr=...`")
+            );
+        } else {
+            self.non_negative(key::LR)?;
+        }
         self.non_negative(key::WEIGHT_DECAY)?;
-        let momentum = self.non_negative(key::MOMENTUM)?;
         let dampening = self.attrs.of(key::DAMPENING);
         if !dampening.is_finite() {
             return Err(attr_err(
@@ -1189,15 +1237,15 @@ impl Cx<'_> {
                 format!("dampening={dampening} must be finite"),
             ));
         }
-        let has_buf = self.inputs.len() == 3;
+        let has_buf = tensors == 3;
         if momentum != 0.0 && !has_buf {
             return Err(TypeError::new(Blame::Op, "`sgd` with momentum needs a momentum buffer operand")
                 .hint("sgd(param, grad, buf, lr=..., momentum=...) with `buf` a state of the param's shape"));
         }
-        if momentum == 0.0 && has_buf {
+        if self.inputs.len() > tensors + 1 {
             return Err(operand_err(
-                2,
-                "`sgd` without momentum takes no momentum buffer",
+                tensors + 1,
+                "`sgd` takes param, grad, the momentum buffer (with momentum) and the lr",
             ));
         }
         if self.attrs.of(key::NESTEROV) && (momentum == 0.0 || self.attrs.of(key::DAMPENING) != 0.0)
@@ -1207,7 +1255,7 @@ impl Cx<'_> {
                 "nesterov needs momentum > 0 and dampening = 0",
             ));
         }
-        Ok(vec![p; self.inputs.len() - 1])
+        Ok(vec![p; tensors - 1])
     }
 }
 

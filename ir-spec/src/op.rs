@@ -325,6 +325,16 @@ const ADAM_OPERANDS: &[OperandSpec] = &[
     nondiff("m"),
     nondiff("v"),
     nondiff("step"),
+    OperandSpec {
+        name: "lr",
+        arity: Arity::Optional,
+        differentiable: false,
+    },
+    OperandSpec {
+        name: "bias_corrections",
+        arity: Arity::Optional,
+        differentiable: false,
+    },
 ];
 
 macro_rules! unary {
@@ -473,7 +483,8 @@ pub static OPS: &[OpSpec] = &[
         summary: "rows of table [V, D] picked by i32 ids; out ids.shape + [D]" },
     OpSpec { op: Op::CrossEntropy, name: "cross_entropy", class: OpClass::Loss,
         operands: &[one("logits"), nondiff("labels")],
-        attrs: &[attr(key::REDUCTION, AttrDefault::Str("mean"))],
+        attrs: &[attr(key::REDUCTION, AttrDefault::Str("mean")),
+                 attr(key::IGNORE_INDEX, AttrDefault::Derived("none: every label is a class"))],
         summary: "-log_softmax(logits)[label] for logits [N, C], i32 labels [N]" },
     OpSpec { op: Op::MseLoss, name: "mse_loss", class: OpClass::Loss, operands: AB,
         attrs: &[attr(key::REDUCTION, AttrDefault::Str("mean"))],
@@ -526,8 +537,9 @@ pub static OPS: &[OpSpec] = &[
         operands: &[nondiff("loss"), variadic("wrt", false)], attrs: &[],
         summary: "d loss / d wrt_i for each wrt_i (an input, param or state)" },
     OpSpec { op: Op::Sgd, name: "sgd", class: OpClass::Optimizer,
-        operands: &[nondiff("param"), nondiff("grad"), OperandSpec { name: "momentum_buf", arity: Arity::Optional, differentiable: false }],
-        attrs: &[attr(key::LR, AttrDefault::Required),
+        operands: &[nondiff("param"), nondiff("grad"), OperandSpec { name: "momentum_buf", arity: Arity::Optional, differentiable: false },
+                   OperandSpec { name: "lr", arity: Arity::Optional, differentiable: false }],
+        attrs: &[attr(key::LR, AttrDefault::Derived("required unless the lr operand is given")),
                  attr(key::MOMENTUM, AttrDefault::Float(0.0)),
                  attr(key::DAMPENING, AttrDefault::Float(0.0)),
                  attr(key::NESTEROV, AttrDefault::Bool(false)),

@@ -10,10 +10,16 @@
 //!    `train.grad_norm = sqrt(Σ_p sum(square({p}.grad)))`,
 //!    `train.clip_scale = minimum(div(c, add(train.grad_norm, 1e-6)), 1)` and
 //!    `{p}.grad.clipped = mul({p}.grad, train.clip_scale)`, which the optimizer then uses;
-//! 4. for `adam`/`adamw`: `train.step.next = add(train.step, 1)` (so the first step is t = 1);
+//! 4. for `adam`/`adamw` (and any optimizer with a varying learning rate):
+//!    `train.step.next = add(train.step, 1)` (so the first step is t = 1); the step's rate
+//!    `train.lr` (from `train.lr_table`, a state whose initializer is the schedule, at row
+//!    `train.step`; a constant without a schedule) and for Adam its bias corrections
+//!    `train.bias_corrections` (from `train.bias_table` at row `t`): values computed in f64 and
+//!    rounded once, as exact as PyTorch's host-side scalars;
 //! 5. per param, the optimizer node: `{p}.next, {p}.m.next, {p}.v.next = adamw(p, g, {p}.m,
-//!    {p}.v, train.step.next, ...)`, `{p}.next, {p}.momentum_buf.next = sgd(p, g,
-//!    {p}.momentum_buf, ...)` or `{p}.next = sgd(p, g, ...)`;
+//!    {p}.v, train.step.next, train.lr, train.bias_corrections, ...)`, `{p}.next,
+//!    {p}.momentum_buf.next = sgd(p, g, {p}.momentum_buf, [train.lr], ...)` or
+//!    `{p}.next = sgd(p, g, [train.lr], ...)`;
 //! 6. `assign` of every param and state to its `.next` value.
 //!
 //! The result is a plain graph: printing it shows these statements, and it parses back to the
@@ -26,6 +32,7 @@ use std::collections::HashSet;
 use crate::attr::{Attr, Attrs};
 use crate::graph::{Graph, GraphError, Init, ValueDef, ValueId};
 use crate::infer::{TypeError, infer};
+use crate::init::{Schedule, ScheduleKind, bias_correction_rows};
 use crate::op::Op;
 use crate::types::{DType, TensorType};
 
@@ -68,6 +75,59 @@ pub struct TrainSpec {
     pub clip_norm: Option<f64>,
     /// The params to train, in order; `None`: every param of the graph so far.
     pub params: Option<Vec<ValueId>>,
+    /// The learning-rate schedule (its `lr` is the optimizer's).
+    pub schedule: LrSchedule,
+    /// The params that get no weight decay (their group's `weight_decay` is 0).
+    pub no_decay: NoDecay,
+    /// Gradient accumulation: a run is one micro-batch; every `accumulate`-th run applies the
+    /// mean of the micro-batches' gradients (1: every run updates).
+    pub accumulate: u64,
+}
+
+/// `no_decay=` of `train`: which params form the group without weight decay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoDecay {
+    /// Every param decays (the default).
+    Nothing,
+    /// `no_decay="1d"`: the params of rank 0 or 1 — biases and norm gains — as PyTorch
+    /// users group them (`p.ndim < 2`).
+    OneD,
+    /// `no_decay=[P1, ...]`.
+    Listed(Vec<ValueId>),
+}
+
+impl NoDecay {
+    fn excludes(&self, g: &Graph, p: ValueId) -> bool {
+        match self {
+            NoDecay::Nothing => false,
+            NoDecay::OneD => g.ty(p).rank() <= 1,
+            NoDecay::Listed(list) => list.contains(&p),
+        }
+    }
+}
+
+/// `schedule=`, `warmup=`, `total_steps=`, `min_lr=` of `train` (see [`Schedule`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LrSchedule {
+    pub kind: ScheduleKind,
+    pub warmup: u64,
+    pub total_steps: Option<u64>,
+    pub min_lr: f64,
+}
+
+impl LrSchedule {
+    /// A constant rate, no warmup.
+    pub const CONSTANT: LrSchedule = LrSchedule {
+        kind: ScheduleKind::Constant,
+        warmup: 0,
+        total_steps: None,
+        min_lr: 0.0,
+    };
+
+    /// Whether the rate changes with the step at all.
+    fn varies(&self) -> bool {
+        self.kind != ScheduleKind::Constant || self.warmup > 0
+    }
 }
 
 impl TrainSpec {
@@ -77,7 +137,41 @@ impl TrainSpec {
             attrs,
             clip_norm: None,
             params: None,
+            schedule: LrSchedule::CONSTANT,
+            no_decay: NoDecay::Nothing,
+            accumulate: 1,
         }
+    }
+
+    /// The optimizer's base learning rate (its `lr` attribute or default).
+    fn lr(&self) -> f64 {
+        let spec = self.optimizer.op().spec();
+        self.attrs
+            .get(key::LR.name)
+            .and_then(Attr::as_float)
+            .or_else(|| {
+                spec.attr(key::LR.name)
+                    .and_then(|a| a.default.value()?.as_float())
+            })
+            .unwrap_or(f64::NAN)
+    }
+
+    /// The schedule as its table's initializer computes it.
+    fn table(&self) -> Schedule {
+        Schedule {
+            kind: self.schedule.kind,
+            lr: self.lr(),
+            warmup: self.schedule.warmup,
+            total_steps: self.schedule.total_steps.unwrap_or(0),
+            min_lr: self.schedule.min_lr,
+        }
+    }
+
+    fn beta(&self, key: crate::attr::Key<crate::attr::kind::Float>, default: f64) -> f64 {
+        self.attrs
+            .get(key.name)
+            .and_then(Attr::as_float)
+            .unwrap_or(default)
     }
 }
 
@@ -121,6 +215,11 @@ pub enum TrainError {
     LossType { ty: TensorType },
     #[error("clip_norm={value} must be positive and finite")]
     ClipNorm { value: f64 },
+    /// The schedule's attributes do not make a schedule.
+    #[error("{0}")]
+    Schedule(String),
+    #[error("`{name}` in no_decay is not a param this `train` updates")]
+    NoDecay { name: String },
     /// The optimizer's attributes break its op's rule.
     #[error("{0}")]
     Optimizer(TypeError),
@@ -142,14 +241,43 @@ pub const STEP: &str = "train.step";
 pub const STEP_NEXT: &str = "train.step.next";
 pub const GRAD_NORM: &str = "train.grad_norm";
 pub const CLIP_SCALE: &str = "train.clip_scale";
+/// The step's learning rate, and the table it is read from.
+pub const LR: &str = "train.lr";
+pub const LR_TABLE: &str = "train.lr_table";
+/// The step's `[1 − β1ᵗ, 1 − β2ᵗ]`, and the table they are read from.
+pub const BIAS: &str = "train.bias_corrections";
+pub const BIAS_TABLE: &str = "train.bias_table";
+
+/// The attributes of `train` itself (the rest are the optimizer's).
+pub const TRAIN_ATTRS: [&str; 7] = [
+    "clip_norm",
+    "schedule",
+    "warmup",
+    "total_steps",
+    "min_lr",
+    "no_decay",
+    "accumulate",
+];
+/// Gradient accumulation's micro-step counter, and whether this run updates.
+pub const MICRO: &str = "train.micro";
+pub const MICRO_NEXT: &str = "train.micro.next";
+pub const APPLY: &str = "train.apply";
 
 /// Added to the norm before dividing, as `torch.nn.utils.clip_grad_norm_` does.
 pub const CLIP_EPS: f64 = 1e-6;
 
 /// The suffixes of per-param names (`w1.grad`, `w1.m.next`, ...).
-const PARAM_SUFFIXES: [&str; 9] = [
+const PARAM_SUFFIXES: [&str; 17] = [
     "grad",
     "grad.clipped",
+    "grad.sum",
+    "grad.acc",
+    "grad.mean",
+    "grad.sum.after",
+    "after",
+    "m.after",
+    "v.after",
+    "momentum_buf.after",
     "m",
     "v",
     "momentum_buf",
@@ -199,8 +327,51 @@ pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(St
             names.push((format!("{p}.{suffix}"), format!("{what} of `{p}`")));
         }
     }
-    if adam {
+    if adam || spec.schedule.varies() {
         names.push((STEP.into(), "the step counter".into()));
+    }
+    let accumulating = spec.accumulate > 1;
+    if accumulating {
+        names.push((MICRO.into(), "the micro-batch counter".into()));
+        for &p in params {
+            let p = g.name_of(p);
+            for (suffix, what) in [
+                ("grad.sum", "the summed gradient"),
+                ("grad.acc", "the summed gradient with this micro-batch's"),
+                ("grad.mean", "the mean gradient"),
+                ("grad.sum.after", "the summed gradient for the next run"),
+            ] {
+                names.push((format!("{p}.{suffix}"), format!("{what} of `{p}`")));
+            }
+        }
+        names.push((MICRO_NEXT.into(), "the new micro-batch counter".into()));
+        names.push((APPLY.into(), "whether this run updates".into()));
+        names.push((
+            "train.micro.after".into(),
+            "what the micro-batch counter becomes".into(),
+        ));
+        for &p in params {
+            let p = g.name_of(p);
+            names.push((format!("{p}.after"), format!("what `{p}` becomes")));
+            for (suffix, what) in states {
+                names.push((
+                    format!("{p}.{suffix}.after"),
+                    format!("what {what} of `{p}` becomes"),
+                ));
+            }
+        }
+        if adam || spec.schedule.varies() {
+            names.push((
+                "train.step.after".into(),
+                "what the step counter becomes".into(),
+            ));
+        }
+    }
+    if adam {
+        names.push((BIAS_TABLE.into(), "the table of bias corrections".into()));
+    }
+    if spec.schedule.varies() {
+        names.push((LR_TABLE.into(), "the table of learning rates".into()));
     }
     for &p in params {
         let p = g.name_of(p);
@@ -217,8 +388,14 @@ pub fn planned_names(g: &Graph, params: &[ValueId], spec: &TrainSpec) -> Vec<(St
             ));
         }
     }
-    if adam {
+    if adam || spec.schedule.varies() {
         names.push((STEP_NEXT.into(), "the new step counter".into()));
+    }
+    if adam || spec.schedule.varies() {
+        names.push((LR.into(), "the step's learning rate".into()));
+    }
+    if adam {
+        names.push((BIAS.into(), "the step's bias corrections".into()));
     }
     for &p in params {
         let p = g.name_of(p);
@@ -296,6 +473,25 @@ fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, Tra
     {
         return Err(TrainError::ClipNorm { value });
     }
+    if let NoDecay::Listed(list) = &spec.no_decay
+        && let Some(&p) = list.iter().find(|p| !params.contains(p))
+    {
+        return Err(TrainError::NoDecay {
+            name: g.name_of(p).to_string(),
+        });
+    }
+    let s = spec.schedule;
+    if s.kind != ScheduleKind::Constant && s.total_steps.is_none() {
+        return Err(TrainError::Schedule(format!(
+            "schedule=\"{}\" needs total_steps=",
+            s.kind.name()
+        )));
+    }
+    if s.varies()
+        && let Err((_, message)) = crate::init::check(&Init::Schedule(spec.table()))
+    {
+        return Err(TrainError::Schedule(message));
+    }
     if let Some(a) = g.assigns.iter().find(|a| params.contains(&a.target)) {
         return Err(TrainError::AlreadyAssigned {
             name: g.name_of(a.target).to_string(),
@@ -338,10 +534,34 @@ pub fn add_training(
         states.extend(&mine);
         per_param.push(mine);
     }
-    let step = if adam {
+    let varies = spec.schedule.varies();
+    let step = if adam || varies {
         let s = g.add_state(STEP, TensorType::f32(vec![]), Init::Zeros)?;
         states.push(s);
         Some(s)
+    } else {
+        None
+    };
+    let bias_table = if adam {
+        let (beta1, beta2) = (spec.beta(key::BETA1, 0.9), spec.beta(key::BETA2, 0.999));
+        let rows = bias_correction_rows(beta1, beta2) as usize;
+        let ty = TensorType::f32(vec![rows, 2]);
+        let t = g.add_state(BIAS_TABLE, ty, Init::BiasCorrections { beta1, beta2 })?;
+        states.push(t);
+        Some((t, rows))
+    } else {
+        None
+    };
+    let lr_table = if varies {
+        let table = spec.table();
+        let rows = table.steps() as usize + 1;
+        let t = g.add_state(
+            LR_TABLE,
+            TensorType::f32(vec![rows, 1]),
+            Init::Schedule(table),
+        )?;
+        states.push(t);
+        Some((t, rows))
     } else {
         None
     };
@@ -352,13 +572,23 @@ pub fn add_training(
     grad_inputs.extend(&params);
     let grads = g.add_node(Op::Grad, &grad_inputs, Attrs::new(), Some(&grad_names))?;
 
+    // Accumulation: the summed gradients and the micro-batch counter persist between runs.
+    let accumulation = if spec.accumulate > 1 {
+        Some(accumulate(g, &params, &names, &grads, spec.accumulate)?)
+    } else {
+        None
+    };
+    let means = accumulation
+        .as_ref()
+        .map_or(grads.clone(), |a| a.means.clone());
+
     // 3. Clipping.
     let (applied, grad_norm) = match spec.clip_norm {
         Some(clip) => {
-            let (applied, norm) = clip_by_global_norm(g, &grads, &names, clip)?;
+            let (applied, norm) = clip_by_global_norm(g, &means, &names, clip)?;
             (applied, Some(norm))
         }
-        None => (grads.clone(), None),
+        None => (means.clone(), None),
     };
 
     // 4. The step counter, 1 on the first run.
@@ -371,32 +601,97 @@ pub fn add_training(
         None => None,
     };
 
+    // The step's learning rate and bias corrections, read from their tables (exact: each
+    // entry is the f64 value rounded once).
+    let lr = match (lr_table, step) {
+        (Some((table, rows)), Some(s)) => {
+            let row = embedding(g, table, s, rows)?;
+            Some(
+                g.add_node(
+                    Op::Reshape,
+                    &[row],
+                    Attrs::new().and(key::SHAPE, Vec::<usize>::new()),
+                    Some(&[LR.to_string()]),
+                )?[0],
+            )
+        }
+        _ if adam => Some(
+            g.add_node(
+                Op::Constant,
+                &[],
+                Attrs::new().and(key::VALUE, spec.lr()),
+                Some(&[LR.to_string()]),
+            )?[0],
+        ),
+        _ => None,
+    };
+    let bias = match (bias_table, step_next) {
+        (Some((table, rows)), Some(t)) => {
+            let row = embedding(g, table, t, rows)?;
+            g.rename(row, BIAS.to_string())?;
+            Some(row)
+        }
+        _ => None,
+    };
+    let mut attrs = spec.attrs.clone();
+    if lr.is_some() {
+        attrs.remove(key::LR.name);
+    }
+
     // 5. The updates.
     let mut results = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let mut inputs = vec![params[i], applied[i]];
         inputs.extend(&per_param[i]);
-        inputs.extend(step_next);
+        if adam {
+            inputs.extend(step_next);
+        }
+        inputs.extend(lr);
+        inputs.extend(bias);
         let mut result_names = vec![format!("{name}.next")];
         result_names.extend(suffixes.iter().map(|(s, _)| format!("{name}.{s}.next")));
-        let out = g.add_node(
-            spec.optimizer.op(),
-            &inputs,
-            spec.attrs.clone(),
-            Some(&result_names),
-        )?;
+        let mut attrs = attrs.clone();
+        if spec.no_decay.excludes(g, params[i]) {
+            attrs.set(key::WEIGHT_DECAY.name, Attr::Float(0.0));
+        }
+        let out = g.add_node(spec.optimizer.op(), &inputs, attrs, Some(&result_names))?;
         results.push(out);
     }
 
-    // 6. Assigns.
+    // 6. Assigns (with accumulation, only where this run updates).
+    let assign = |g: &mut Graph, target: ValueId, new: ValueId| -> Result<(), GraphError> {
+        let new = match &accumulation {
+            Some(a) => {
+                let name = format!("{}.after", g.name_of(target));
+                g.add_node(
+                    Op::Where,
+                    &[a.apply, new, target],
+                    Attrs::new(),
+                    Some(&[name]),
+                )?[0]
+            }
+            None => new,
+        };
+        g.add_assign(target, new)
+    };
     for (i, out) in results.iter().enumerate() {
-        g.add_assign(params[i], out[0])?;
+        assign(g, params[i], out[0])?;
         for (&state, &new) in per_param[i].iter().zip(&out[1..]) {
-            g.add_assign(state, new)?;
+            assign(g, state, new)?;
         }
     }
     if let (Some(s), Some(next)) = (step, step_next) {
-        g.add_assign(s, next)?;
+        assign(g, s, next)?;
+    }
+    if let Some(a) = &accumulation {
+        for (i, &sum) in a.sums.iter().enumerate() {
+            g.add_assign(sum, a.sums_after[i])?;
+        }
+        g.add_assign(a.micro, a.micro_after)?;
+    }
+    if let Some(a) = &accumulation {
+        states.extend(&a.sums);
+        states.push(a.micro);
     }
     Ok(TrainStep {
         params,
@@ -407,6 +702,93 @@ pub fn add_training(
         step,
         new_params: results.iter().map(|r| r[0]).collect(),
     })
+}
+
+/// The values of gradient accumulation over `k` micro-batches.
+struct Accumulation {
+    /// `{p}.grad.sum` (states) and what they become after this run.
+    sums: Vec<ValueId>,
+    sums_after: Vec<ValueId>,
+    /// `{p}.grad.mean`: the mean of the micro-batches' gradients, which the update applies.
+    means: Vec<ValueId>,
+    micro: ValueId,
+    micro_after: ValueId,
+    /// `train.apply`: 1 on every `k`-th run, else 0.
+    apply: ValueId,
+}
+
+/// `{p}.grad.sum` states and `train.micro`; `{p}.grad.acc = {p}.grad.sum + {p}.grad`,
+/// `{p}.grad.mean = {p}.grad.acc / k`, `train.micro.next = train.micro + 1`,
+/// `train.apply = eq(train.micro.next, k)`, and what the sums and the counter become:
+/// 0 where this run applies, else `{p}.grad.acc` and `train.micro.next`.
+fn accumulate(
+    g: &mut Graph,
+    params: &[ValueId],
+    names: &[String],
+    grads: &[ValueId],
+    k: u64,
+) -> Result<Accumulation, GraphError> {
+    let mut sums = Vec::new();
+    for (&p, name) in params.iter().zip(names) {
+        let ty = g.ty(p).clone();
+        sums.push(g.add_state(format!("{name}.grad.sum"), ty, Init::Zeros)?);
+    }
+    let micro = g.add_state(MICRO, TensorType::f32(vec![]), Init::Zeros)?;
+    let mut accs = Vec::new();
+    let mut means = Vec::new();
+    for ((&sum, &grad), name) in sums.iter().zip(grads).zip(names) {
+        let acc = [format!("{name}.grad.acc")];
+        let acc = g.add_node(Op::Add, &[sum, grad], Attrs::new(), Some(&acc))?[0];
+        let share = g.constant(1.0 / k as f64)?;
+        let mean = [format!("{name}.grad.mean")];
+        means.push(g.add_node(Op::Mul, &[acc, share], Attrs::new(), Some(&mean))?[0]);
+        accs.push(acc);
+    }
+    let one = g.constant(1.0)?;
+    let next = g.add_node(
+        Op::Add,
+        &[micro, one],
+        Attrs::new(),
+        Some(&[MICRO_NEXT.into()]),
+    )?[0];
+    let count = g.constant(k as f64)?;
+    let apply = g.add_node(Op::Eq, &[next, count], Attrs::new(), Some(&[APPLY.into()]))?[0];
+    let zero = g.constant(0.0)?;
+    let mut sums_after = Vec::new();
+    for (&acc, name) in accs.iter().zip(names) {
+        let after = [format!("{name}.grad.sum.after")];
+        sums_after.push(g.add_node(Op::Where, &[apply, zero, acc], Attrs::new(), Some(&after))?[0]);
+    }
+    let micro_after = g.add_node(
+        Op::Where,
+        &[apply, zero, next],
+        Attrs::new(),
+        Some(&["train.micro.after".into()]),
+    )?[0];
+    Ok(Accumulation {
+        sums,
+        sums_after,
+        means,
+        micro,
+        micro_after,
+        apply,
+    })
+}
+
+/// Row `min(max(step, 0), rows − 1)` of `table` (a step counter past the table reads its
+/// last row, whose value no longer changes).
+fn embedding(
+    g: &mut Graph,
+    table: ValueId,
+    step: ValueId,
+    rows: usize,
+) -> Result<ValueId, GraphError> {
+    let last = g.constant((rows - 1) as f64)?;
+    let capped = g.add(Op::Minimum, &[step, last], Attrs::new())?;
+    let zero = g.constant(0.0)?;
+    let row = g.add(Op::Maximum, &[capped, zero], Attrs::new())?;
+    let id = g.add(Op::Cast, &[row], Attrs::new().and(key::DTYPE, DType::I32))?;
+    g.add(Op::Embedding, &[table, id], Attrs::new())
 }
 
 /// `train.grad_norm`, `train.clip_scale` and `{p}.grad.clipped` for every gradient; returns
@@ -479,7 +861,8 @@ mod tests {
         ] {
             assert!(g.lookup(name).is_some(), "{name}");
         }
-        assert_eq!(step.states.len(), 5);
+        // the moments, the step counter and the bias-correction table (never assigned)
+        assert_eq!(step.states.len(), 6);
         assert_eq!(g.assigns.len(), 7);
     }
 

@@ -154,6 +154,11 @@ fn losses() {
             "graph t {{\n  input x: f32[5, 7]\n  input y: i32[5]\n  l = cross_entropy(x, y, reduction=\"{reduction}\")\n  output l\n}}\n"
         );
         check(&ce, 7);
+        // labels below 7 include the ignored 3
+        let ignoring = format!(
+            "graph t {{\n  input x: f32[9, 7]\n  input y: i32[9]\n  l = cross_entropy(x, y, reduction=\"{reduction}\", ignore_index=3)\n  output l\n}}\n"
+        );
+        check(&ignoring, 7);
         let mse = format!(
             "graph t {{\n  input a: f32[3, 4]\n  input b: f32[3, 4]\n  l = mse_loss(a, b, reduction=\"{reduction}\")\n  output l\n}}\n"
         );

@@ -383,6 +383,14 @@ fn attention_mask_shape() {
 }
 
 #[test]
+fn attention_kv_heads_not_dividing() {
+    check(
+        "attention_kv_heads_not_dividing",
+        "graph g {\n  input q: f32[1, 6, 4, 8]\n  input k: f32[1, 4, 4, 8]\n  input v: f32[1, 4, 4, 8]\n  o = attention(q, k, v)\n}\n",
+    );
+}
+
+#[test]
 fn sgd_momentum_without_buffer() {
     check(
         "sgd_momentum_without_buffer",

@@ -15,6 +15,8 @@ struct Case {
     name: &'static str,
     b: usize,
     h: usize,
+    /// Key/value heads (dividing `h`; query head `i` reads key/value head `i / (h / kv)`).
+    kv: usize,
     sq: usize,
     sk: usize,
     d: usize,
@@ -30,6 +32,7 @@ const BASE: Case = Case {
     name: "",
     b: 2,
     h: 3,
+    kv: 3,
     sq: 5,
     sk: 7,
     d: 4,
@@ -44,7 +47,7 @@ const BASE: Case = Case {
 fn cases() -> Vec<Case> {
     vec![
         Case { name: "none", ..BASE },
-        Case { name: "none, explicit scale, size-1 dims", b: 1, h: 1, sq: 1, d: 1, scale: Some(0.3), ..BASE },
+        Case { name: "none, explicit scale, size-1 dims", b: 1, h: 1, kv: 1, sq: 1, d: 1, scale: Some(0.3), ..BASE },
         Case { name: "boolean", mask: Some((&[2, 1, 5, 7], "boolean")), ..BASE },
         Case { name: "boolean i32, broadcast", mask: Some((&[5, 7], "boolean_i32")), ..BASE },
         Case { name: "additive", mask: Some((&[1, 3, 1, 7], "additive")), ..BASE },
@@ -56,6 +59,11 @@ fn cases() -> Vec<Case> {
         Case { name: "causal + window", sq: 7, causal: true, window: 3, ..BASE },
         Case { name: "causal + boolean", sq: 7, causal: true, mask: Some((&[1, 1, 7, 7], "boolean")), ..BASE },
         Case { name: "window + additive", sq: 7, window: 2, mask: Some((&[2, 3, 7, 7], "additive")), ..BASE },
+        Case { name: "multi-query", kv: 1, ..BASE },
+        Case { name: "grouped, causal", h: 6, kv: 2, sq: 7, causal: true, ..BASE },
+        Case { name: "grouped, per-head additive", h: 6, kv: 3, mask: Some((&[1, 6, 5, 7], "additive")), ..BASE },
+        Case { name: "grouped, boolean over batch", h: 4, kv: 2, mask: Some((&[2, 1, 5, 7], "boolean")), ..BASE },
+        Case { name: "grouped, 2-D mask + window", h: 4, kv: 2, sq: 7, window: 2, mask: Some((&[7, 7], "boolean_i32")), ..BASE },
     ]
 }
 
@@ -88,8 +96,8 @@ fn inputs(c: &Case, rng: &mut Rng) -> Inputs {
     });
     Inputs {
         q: rng.tensor(&[c.b, c.h, c.sq, c.d]),
-        k: rng.tensor(&[c.b, c.h, c.sk, c.d]),
-        v: rng.tensor(&[c.b, c.h, c.sk, c.dv]),
+        k: rng.tensor(&[c.b, c.kv, c.sk, c.d]),
+        v: rng.tensor(&[c.b, c.kv, c.sk, c.dv]),
         mask,
     }
 }
@@ -118,6 +126,7 @@ fn naive(c: &Case, x: &Inputs) -> Tensor {
     let mut out = Vec::new();
     for b in 0..c.b {
         for h in 0..c.h {
+            let kv = h / (c.h / c.kv);
             for i in 0..c.sq {
                 let mut scores: Vec<(usize, f64)> = Vec::new();
                 for j in 0..c.sk {
@@ -129,7 +138,7 @@ fn naive(c: &Case, x: &Inputs) -> Tensor {
                     }
                     let mut s = scale
                         * (0..c.d)
-                            .map(|l| x.q.at(&[b, h, i, l]) * x.k.at(&[b, h, j, l]))
+                            .map(|l| x.q.at(&[b, h, i, l]) * x.k.at(&[b, kv, j, l]))
                             .sum::<f64>();
                     if let (Some(m), Some((_, kind))) = (&x.mask, c.mask) {
                         let mv = at_broadcast(m, &[b, h, i, j]);
@@ -151,7 +160,7 @@ fn naive(c: &Case, x: &Inputs) -> Tensor {
                     out.push(
                         scores
                             .iter()
-                            .map(|&(j, s)| (s - m).exp() / z * x.v.at(&[b, h, j, e]))
+                            .map(|&(j, s)| (s - m).exp() / z * x.v.at(&[b, kv, j, e]))
                             .sum(),
                     );
                 }
@@ -248,6 +257,7 @@ fn fully_masked_rows_are_nan() {
         name: "nan row",
         b: 1,
         h: 1,
+        kv: 1,
         sq: 3,
         sk: 3,
         d: 2,

@@ -163,3 +163,27 @@ fn iota_and_constant() {
     let c = Attrs::new().with("value", Attr::Float(f64::NEG_INFINITY));
     check(Op::Constant, c, &[], &f(&[], &[f64::NEG_INFINITY]));
 }
+
+#[test]
+fn repeats_written_as_ir_md_says() {
+    // IR.md, "Repeating along an axis": repeat_interleave and tiling from unsqueeze,
+    // broadcast_to and reshape, on x [2, 3, 2] repeated r = 2 times along axis 1
+    let x = build(&[2, 3, 2], |i| (100 * i[0] + 10 * i[1] + i[2]) as f64);
+    let src = "graph t {
+  input x: f32[2, 3, 2]
+  interleaved = reshape(broadcast_to(unsqueeze(x, axis=2), shape=[2, 3, 2, 2]), shape=[2, 6, 2])
+  tiled = reshape(broadcast_to(unsqueeze(x, axis=1), shape=[2, 2, 3, 2]), shape=[2, 6, 2])
+  output interleaved, tiled
+}
+";
+    let g = sinter_ir::text::parse(src).expect("valid program");
+    let feed = std::collections::HashMap::from([("x".to_string(), x.clone())]);
+    let out = sinter_ir::interp::evaluate(&g, &feed, &std::collections::HashMap::new())
+        .expect("evaluates");
+    // torch.repeat_interleave(x, 2, dim=1): row j of the result is row j / 2 of x
+    let interleaved = build(&[2, 6, 2], |i| x.at(&[i[0], i[1] / 2, i[2]]));
+    // x.repeat(1, 2, 1): row j is row j % 3
+    let tiled = build(&[2, 6, 2], |i| x.at(&[i[0], i[1] % 3, i[2]]));
+    assert_close(&out.outputs[0].1, &interleaved, 0.0, "repeat_interleave");
+    assert_close(&out.outputs[1].1, &tiled, 0.0, "repeat");
+}

@@ -359,6 +359,63 @@ fn cross_entropy_against_log_softmax() {
 }
 
 #[test]
+fn cross_entropy_ignore_index_as_pytorch() {
+    // rows labelled ignore_index count 0 and leave the mean; all ignored: NaN (0/0)
+    let mut rng = Rng::new(13);
+    let logits = rng.tensor(&[3, 4]);
+    let loss = |r: usize, label: usize| {
+        let row = &logits.data[r * 4..(r + 1) * 4];
+        row.iter().map(|v| v.exp()).sum::<f64>().ln() - row[label]
+    };
+    let (l0, l2) = (loss(0, 1), loss(2, 3));
+    let attrs = |reduction: &str, ignore: i64| {
+        Attrs::new()
+            .with("reduction", Attr::Str(reduction.into()))
+            .with("ignore_index", Attr::Int(ignore))
+    };
+    let inputs = [logits.clone(), i(&[3], &[1, -100, 3])];
+    check(
+        Op::CrossEntropy,
+        attrs("none", -100),
+        &inputs,
+        &f(&[3], &[l0, 0.0, l2]),
+    );
+    check(
+        Op::CrossEntropy,
+        attrs("sum", -100),
+        &inputs,
+        &f(&[], &[l0 + l2]),
+    );
+    check(
+        Op::CrossEntropy,
+        attrs("mean", -100),
+        &inputs,
+        &f(&[], &[(l0 + l2) / 2.0]),
+    );
+    // an ignore index that is a class
+    let inputs = [logits.clone(), i(&[3], &[1, 0, 3])];
+    check(
+        Op::CrossEntropy,
+        attrs("mean", 0),
+        &inputs,
+        &f(&[], &[(l0 + l2) / 2.0]),
+    );
+    let all = run1(
+        Op::CrossEntropy,
+        attrs("mean", 2),
+        &[logits.clone(), i(&[3], &[2, 2, 2])],
+    );
+    assert!(all.data[0].is_nan(), "{all}");
+    // any other label outside the classes is still an error
+    let err = run(
+        Op::CrossEntropy,
+        attrs("mean", -100),
+        &[logits, i(&[3], &[1, -1, 3])],
+    );
+    assert!(err.is_err());
+}
+
+#[test]
 fn mse_loss_reductions() {
     let a = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let b = f(&[2, 2], &[0.0, 4.0, 3.0, 1.0]);

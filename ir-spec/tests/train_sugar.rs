@@ -92,10 +92,29 @@ fn adamw_expansion() {
     assert_eq!(upd.op, Op::AdamW);
     assert_eq!(
         names(&g, &upd.inputs),
-        ["w", "w.grad", "w.m", "w.v", "train.step.next"]
+        [
+            "w",
+            "w.grad",
+            "w.m",
+            "w.v",
+            "train.step.next",
+            "train.lr",
+            "train.bias_corrections"
+        ]
     );
     assert_eq!(names(&g, &upd.outputs), ["w.next", "w.m.next", "w.v.next"]);
-    assert_eq!(upd.attrs.of(key::LR), 0.01);
+    // the rate is an operand (a constant without a schedule), the corrections a table's row
+    let lr = producer(&g, "train.lr");
+    assert_eq!((lr.op, lr.attrs.of(key::VALUE)), (Op::Constant, 0.01));
+    let table = g.value(g.lookup("train.bias_table").unwrap());
+    assert_eq!(
+        table.def,
+        ValueDef::State(Init::BiasCorrections {
+            beta1: 0.9,
+            beta2: 0.999
+        })
+    );
+    assert_eq!(producer(&g, "train.bias_corrections").op, Op::Embedding);
     assert_eq!(upd.attrs.of(key::WEIGHT_DECAY), 0.1);
     assert_eq!(upd.attrs.of(key::BETA2), 0.999);
     assert_eq!(
@@ -215,14 +234,17 @@ fn printed_form_is_explicit_and_round_trips() {
   state  b.m: f32[3] = zeros
   state  b.v: f32[3] = zeros
   state  train.step: f32[] = zeros
+  state  train.bias_table: f32[17322, 2] = bias_corrections(beta1=0.9, beta2=0.999)
   w.grad, b.grad = grad(loss, w, b)
   train.grad_norm = sqrt(add(sum(square(w.grad), axes=[0, 1]), sum(square(b.grad), axes=[0])))
   train.clip_scale = minimum(div(1.0, add(train.grad_norm, 1e-6)), 1.0)
   w.grad.clipped = mul(w.grad, train.clip_scale)
   b.grad.clipped = mul(b.grad, train.clip_scale)
   train.step.next = add(train.step, 1.0)
-  w.next, w.m.next, w.v.next = adamw(w, w.grad.clipped, w.m, w.v, train.step.next, lr=0.01)
-  b.next, b.m.next, b.v.next = adamw(b, b.grad.clipped, b.m, b.v, train.step.next, lr=0.01)
+  train.lr = constant(value=0.01)
+  train.bias_corrections = embedding(train.bias_table, cast(maximum(minimum(train.step.next, 17321.0), 0.0), dtype=\"i32\"))
+  w.next, w.m.next, w.v.next = adamw(w, w.grad.clipped, w.m, w.v, train.step.next, train.lr, train.bias_corrections)
+  b.next, b.m.next, b.v.next = adamw(b, b.grad.clipped, b.m, b.v, train.step.next, train.lr, train.bias_corrections)
   assign w = w.next
   assign w.m = w.m.next
   assign w.v = w.v.next
@@ -424,8 +446,81 @@ fn builder_api() {
     let step = add_training(&mut g, loss, &spec).unwrap();
     assert_eq!(names(&g, &step.params), ["w"]);
     assert_eq!(names(&g, &step.applied), ["w.grad.clipped"]);
-    assert_eq!(names(&g, &step.states), ["w.m", "w.v", "train.step"]);
+    assert_eq!(
+        names(&g, &step.states),
+        ["w.m", "w.v", "train.step", "train.bias_table"]
+    );
     assert_eq!(step.step, g.lookup("train.step"));
     // A second step over the same params would redefine its names and reassign its params.
     assert!(add_training(&mut g, loss, &spec).is_err());
+}
+
+#[test]
+fn schedules_read_a_table_by_the_step() {
+    // sgd with a linear decay after a warmup: the table holds the rate of every step, the
+    // update takes it as its lr operand, the step counter counts
+    let g = parses(&linear(
+        "train loss with sgd(lr=0.1, schedule=\"linear\", warmup=2, total_steps=6, min_lr=0.02)",
+    ));
+    let table = g.value(g.lookup("train.lr_table").unwrap());
+    assert_eq!(table.ty, TensorType::f32(vec![7, 1]));
+    let ValueDef::State(init) = &table.def else {
+        panic!("a state")
+    };
+    let rates = sinter_ir::init::initial_value(&table.ty, init).data;
+    let want = [0.0, 0.05, 0.1, 0.08, 0.06, 0.04, 0.02];
+    for (s, (got, want)) in rates.iter().zip(want).enumerate() {
+        assert!((got - want).abs() < 1e-15, "step {s}: {got} against {want}");
+    }
+    let upd = producer(&g, "w.next");
+    assert_eq!(names(&g, &upd.inputs), ["w", "w.grad", "train.lr"]);
+    assert!(upd.attrs.get("lr").is_none());
+    assert!(assigns(&g).contains(&("train.step".to_string(), "train.step.next".to_string())));
+    // a cosine without its length, a floor above the rate
+    for (train, message) in [
+        ("schedule=\"cosine\"", "needs total_steps="),
+        (
+            "schedule=\"cosine\", total_steps=10, min_lr=0.5",
+            "min_lr=0.5 must lie between",
+        ),
+        (
+            "schedule=\"linear\", warmup=10, total_steps=5",
+            "must pass warmup",
+        ),
+        (
+            "schedule=\"cosinus\"",
+            "\"constant\", \"linear\" or \"cosine\"",
+        ),
+    ] {
+        let src = linear(&format!("train loss with adamw(lr=0.1, {train})"));
+        let err = sinter_ir::text::parse(&src).expect_err(train);
+        let text = err.render("t.sir", &src);
+        assert!(text.contains(message), "{train}: {text}");
+    }
+}
+
+#[test]
+fn no_decay_groups() {
+    // PyTorch's convention in one word: params of rank 0 or 1 do not decay
+    let g = parses(&linear(
+        "train loss with adamw(lr=0.01, weight_decay=0.1, no_decay=\"1d\")",
+    ));
+    assert_eq!(producer(&g, "w.next").attrs.of(key::WEIGHT_DECAY), 0.1);
+    assert_eq!(producer(&g, "b.next").attrs.of(key::WEIGHT_DECAY), 0.0);
+    // or a list of params
+    let g = parses(&linear(
+        "train loss with adamw(lr=0.01, weight_decay=0.1, no_decay=[w])",
+    ));
+    assert_eq!(producer(&g, "w.next").attrs.of(key::WEIGHT_DECAY), 0.0);
+    assert_eq!(producer(&g, "b.next").attrs.of(key::WEIGHT_DECAY), 0.1);
+    for (train, message) in [
+        ("no_decay=\"2d\"", "`no_decay` is \"1d\""),
+        ("params=[w], no_decay=[b]", "`b` in no_decay is not a param"),
+    ] {
+        let src = linear(&format!("train loss with adamw(lr=0.1, {train})"));
+        let text = sinter_ir::text::parse(&src)
+            .expect_err(train)
+            .render("t.sir", &src);
+        assert!(text.contains(message), "{train}: {text}");
+    }
 }

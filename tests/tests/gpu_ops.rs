@@ -553,10 +553,12 @@ fn embedding_and_losses() {
   ce = cross_entropy(logits, labels)
   cs = cross_entropy(logits, labels, reduction=\"sum\")
   cn = cross_entropy(logits, labels, reduction=\"none\")
+  ci = cross_entropy(logits, labels, ignore_index=4)
+  cis = cross_entropy(logits, labels, reduction=\"sum\", ignore_index=4)
   m = mse_loss(a, b)
   ms = mse_loss(a, b, reduction=\"sum\")
   mn = mse_loss(a, b, reduction=\"none\")
-  output e, ce, cs, cn, m, ms, mn
+  output e, ce, cs, cn, ci, cis, m, ms, mn
 }
 ";
     check_gpu(src, TRANSCENDENTAL, &[], 11);
@@ -601,6 +603,21 @@ fn attention_every_mask_kind() {
         );
         check_gpu(&src, TRANSCENDENTAL, &[], 1);
     }
+    // key/value heads shared by groups of query heads (two groups of two, one of four)
+    for (kv, extra) in [(2, ", causal=true"), (1, ", m, mask_kind=\"additive\"")] {
+        let src = format!(
+            "graph t {{
+  input q: f32[2, 4, 9, 8]
+  input k: f32[2, {kv}, 9, 8]
+  input v: f32[2, {kv}, 9, 5]
+  input m: f32[1, 4, 9, 9]
+  y = attention(q, k, v{extra})
+  output y
+}}
+"
+        );
+        check_gpu(&src, TRANSCENDENTAL, &[], 1);
+    }
 }
 
 #[test]
@@ -608,6 +625,8 @@ fn optimizers() {
     let src = "graph t {
   input g: f32[5, 3]
   input t: f32[]
+  input lr_raw: f32[]
+  input bc_raw: f32[2]
   param w: f32[5, 3] = normal(std=0.5, seed=3)
   state m: f32[5, 3] = full(0.1)
   state v: f32[5, 3] = full(0.2)
@@ -616,7 +635,12 @@ fn optimizers() {
   w2, b2 = sgd(w, g, buf, lr=0.1, momentum=0.9, nesterov=true)
   w3, m3, v3 = adam(w, g, m, v, t, lr=0.01, weight_decay=0.1)
   w4, m4, v4 = adamw(w, g, m, v, t)
-  output w1, w2, b2, w3, m3, v3, w4, m4, v4
+  lr = abs(lr_raw)
+  bc = add(abs(bc_raw), 0.05)
+  w5, m5, v5 = adamw(w, g, m, v, t, lr, bc, weight_decay=0.1)
+  w6 = sgd(w, g, lr, weight_decay=0.01)
+  w7, b7 = sgd(w, g, buf, lr, momentum=0.9)
+  output w1, w2, b2, w3, m3, v3, w4, m4, v4, w5, m5, v5, w6, w7, b7
 }
 ";
     let t = sinter_ir::interp::Tensor::scalar(3.0);

@@ -106,21 +106,37 @@ fn flash_attention_trains_like_the_unfused_products() {
 fn multi_query_flash_attention_trains_like_the_unfused_products() {
     // one key/value head for three query heads, written by hand (matmul broadcasts the head
     // axis): the dK/dV kernel gives one gradient per query head and the graph sums them
-    let src = "graph t {
-  input x: f32[2, 33, 3, 16]
-  param ky: f32[2, 40, 1, 16] = normal(std=0.5, seed=1)
-  param vy: f32[2, 40, 1, 8] = normal(seed=2)
+    let by_hand = "matmul(softmax(mul(matmul(q, transpose(k, dim0=2, dim1=3)), 0.25), axis=3), v)";
+    flash_trains_like_unfused(&query_heads_layer(3, 1, by_hand), &[]);
+}
+
+#[test]
+fn grouped_query_flash_attention_trains_like_the_unfused_products() {
+    // the composite with two key/value heads for four query heads: k and v read broadcast
+    // over each group by every flash kernel
+    let src = query_heads_layer(4, 2, "attention(q, k, v, causal=true)");
+    flash_trains_like_unfused(&src, &[]);
+}
+
+/// A training step through `attention` (an expression of `q`, `k`, `v`) with `heads` query
+/// heads projected from the input and `kv_heads` key/value heads as params.
+fn query_heads_layer(heads: usize, kv_heads: usize, attention: &str) -> String {
+    format!(
+        "graph t {{
+  input x: f32[2, 33, {heads}, 16]
+  param ky: f32[2, 40, {kv_heads}, 16] = normal(std=0.5, seed=1)
+  param vy: f32[2, 40, {kv_heads}, 8] = normal(seed=2)
   param wq: f32[16, 16] = normal(std=0.3, seed=3)
   q = permute(matmul(x, wq), perm=[0, 2, 1, 3])
   k = permute(ky, perm=[0, 2, 1, 3])
   v = permute(vy, perm=[0, 2, 1, 3])
-  a = matmul(softmax(mul(matmul(q, transpose(k, dim0=2, dim1=3)), 0.25), axis=3), v)
+  a = {attention}
   loss = mean(mul(a, a))
   train loss with sgd(lr=0.5)
   output loss, a
-}
-";
-    flash_trains_like_unfused(src, &[]);
+}}
+"
+    )
 }
 
 /// One training step of `src` under `--attention flash` and `--attention unfused`: the same

@@ -3,7 +3,9 @@
 //! (composite expansion, and autodiff for `grad`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use sinter_ir::Graph;
 
 use sinter_ir::interp::{self, Tensor};
 use sinter_runtime::io::HostTensor;
@@ -41,8 +43,8 @@ fn parse_gib(text: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
-    let graph = program::load(&args.file)?;
-    let graph = sinter_ir::expand::expand_composites(&graph);
+    let source = program::load(&args.file)?;
+    let graph = sinter_ir::expand::expand_composites(&source);
     let differentiated = sinter_compiler::autodiff::differentiate(&graph)?;
     for warning in &differentiated.warnings {
         crate::console::eprintln(&format!("warning: {warning}"));
@@ -67,7 +69,14 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         memory_budget: (args.max_memory * f64::from(1u32 << 30)) as u64,
         ..Default::default()
     };
-    let evaluation = interp::evaluate_with(&graph, &inputs, &persistent, &options)?;
+    let evaluation =
+        interp::evaluate_with(&graph, &inputs, &persistent, &options).map_err(|e| match e {
+            interp::EvalError::MemoryBudget { ref name, .. } => {
+                let origin = origin(&source, &graph, name, &args.file);
+                CliError::Arg(format!("{e}{origin}"))
+            }
+            other => CliError::Eval(other),
+        })?;
 
     let outputs: Vec<(String, HostTensor)> = evaluation
         .outputs
@@ -75,4 +84,68 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         .map(|(name, t)| (name.clone(), HostTensor::from_interp(t)))
         .collect();
     outputs::report(&outputs, args.out.as_deref())
+}
+
+/// Where the value `name` of the evaluated graph comes from in the program's file: `" (at
+/// FILE:LINE, `NAME = ...`)"` for a value the file defines, or for a value the front end
+/// generated (an expanded composite, a gradient) the nearest value it was computed from that the
+/// file defines; empty when none is found.
+fn origin(source: &Graph, evaluated: &Graph, name: &str, file: &Path) -> String {
+    let Some(start) = evaluated.lookup(name) else {
+        return String::new();
+    };
+    // breadth first, to the first value the source graph names: through the values computed
+    // from it (what it was generated for), else through its operands
+    let mut readers: std::collections::HashMap<sinter_ir::ValueId, Vec<sinter_ir::ValueId>> =
+        std::collections::HashMap::new();
+    for node in &evaluated.nodes {
+        for &input in &node.inputs {
+            readers.entry(input).or_default().extend(&node.outputs);
+        }
+    }
+    let named = |forward: bool| -> Option<String> {
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut seen = std::collections::HashSet::from([start]);
+        while let Some(v) = queue.pop_front() {
+            let n = evaluated.name_of(v);
+            if source.lookup(n).is_some() {
+                return Some(n.to_string());
+            }
+            let next: Vec<sinter_ir::ValueId> = if forward {
+                readers.get(&v).cloned().unwrap_or_default()
+            } else {
+                evaluated
+                    .producer(v)
+                    .map(|node| evaluated.node(node).inputs.clone())
+                    .unwrap_or_default()
+            };
+            queue.extend(next.into_iter().filter(|&x| seen.insert(x)));
+        }
+        None
+    };
+    let Some(found) = named(true).or_else(|| named(false)) else {
+        return String::new();
+    };
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let line = text.lines().position(|l| defines(l, &found));
+    let place = match line {
+        Some(i) => format!("{}:{}", file.display(), i + 1),
+        None => file.display().to_string(),
+    };
+    if found == name {
+        format!(" (defined at {place})")
+    } else {
+        format!(" (generated from `{found}`, defined at {place})")
+    }
+}
+
+/// Whether a program line defines `name` (`name = ...`, `a, name = ...`, or a declaration).
+fn defines(line: &str, name: &str) -> bool {
+    let code = line.split('#').next().unwrap_or("").trim();
+    let code = ["input ", "param ", "state "]
+        .iter()
+        .find_map(|k| code.strip_prefix(k))
+        .map_or(code, |rest| rest.split(':').next().unwrap_or(""));
+    let lhs = code.split('=').next().unwrap_or("");
+    lhs.split(',').any(|n| n.trim() == name)
 }

@@ -199,30 +199,55 @@ fn check_type(
     Err(CliError::Feed(message))
 }
 
-/// Reads the params and states found in a safetensors file. Every tensor in the file must be a
-/// param or state of `sig`, of its declared type; those the file lacks keep their values.
+/// Reads the params and states found in a safetensors file, each of its declared type; those
+/// the file lacks keep their values. Tensors the graph does not have (a training run's
+/// optimizer moments and step counter, when a forward program loads its params) are ignored
+/// and named on stderr; a file with none of the graph's params and states is an error.
 pub fn load_weights(sig: &Signature, path: &Path) -> Result<HashMap<String, HostTensor>, CliError> {
     let mut weights = HashMap::new();
+    let mut ignored = Vec::new();
     for (name, tensor) in read_safetensors(path)? {
         let Some(expected) = sig.persistent(&name) else {
-            let persistent: Vec<String> = sig
-                .persistent
-                .iter()
-                .map(|(n, ty)| describe(n, ty))
-                .collect();
-            return Err(CliError::Feed(format!(
-                "{}: tensor `{name}` is not a param or state of graph `{}`; {}",
-                path.display(),
-                sig.graph,
-                if persistent.is_empty() {
-                    "it has none".to_string()
-                } else {
-                    format!("they are {}", persistent.join(", "))
-                }
-            )));
+            ignored.push(name);
+            continue;
         };
         check_type("weight", &name, expected, &tensor, path)?;
         weights.insert(name, tensor);
+    }
+    if let Some(name) = ignored.first().filter(|_| weights.is_empty()) {
+        let persistent: Vec<String> = sig
+            .persistent
+            .iter()
+            .map(|(n, ty)| describe(n, ty))
+            .collect();
+        return Err(CliError::Feed(format!(
+            "{}: tensor `{name}` is not a param or state of graph `{}`; {}",
+            path.display(),
+            sig.graph,
+            if persistent.is_empty() {
+                "it has none".to_string()
+            } else {
+                format!("they are {}", persistent.join(", "))
+            }
+        )));
+    }
+    if !ignored.is_empty() {
+        ignored.sort();
+        let shown: Vec<String> = ignored.iter().take(8).map(|n| format!("`{n}`")).collect();
+        let more = ignored.len().saturating_sub(shown.len());
+        crate::console::eprintln(&format!(
+            "note: {}: ignored {} tensor(s) that graph `{}` does not have (optimizer states of a \
+             training run, for example): {}{}",
+            path.display(),
+            ignored.len(),
+            sig.graph,
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
     }
     Ok(weights)
 }

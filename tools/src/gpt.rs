@@ -34,17 +34,14 @@ impl GptConfig {
 
     /// Why the shape is not a model, if it is not: the width must split into the heads.
     pub fn check(&self) -> Result<(), String> {
-        let fields = [
+        at_least_one(&[
             ("layers", self.layers),
             ("width", self.width),
             ("heads", self.heads),
             ("context", self.context),
             ("batch", self.batch),
             ("vocab", self.vocab),
-        ];
-        if let Some((name, _)) = fields.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("`{name}` must be at least 1"));
-        }
+        ])?;
         if !self.width.is_multiple_of(self.heads) {
             return Err(format!(
                 "the width {} does not split into {} heads",
@@ -60,6 +57,14 @@ impl GptConfig {
         let per_layer =
             4 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d);
         self.vocab * d + self.context * d + self.layers * per_layer + 2 * d
+    }
+}
+
+/// An error naming the first of `fields` that is 0.
+pub(crate) fn at_least_one(fields: &[(&str, usize)]) -> Result<(), String> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("`{name}` must be at least 1")),
+        None => Ok(()),
     }
 }
 

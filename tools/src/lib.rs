@@ -3,3 +3,4 @@
 
 pub mod flags;
 pub mod gpt;
+pub mod llama;

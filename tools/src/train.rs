@@ -7,6 +7,7 @@
 //! waits for the steps before it. That loss goes to the progress bar and the CSV log. With
 //! `--eval`, a forward-only program scores the params on held-out data ([`eval`]).
 
+mod checkpoint;
 mod data;
 mod eval;
 mod plot;
@@ -66,6 +67,14 @@ pub struct Args {
     /// After training, write every param and state (optimizer moments included) here.
     #[arg(long, value_name = "FILE.safetensors")]
     save_weights: Option<PathBuf>,
+    /// After training, write a checkpoint to this folder: every param and state and where the
+    /// run stands (runs done, shuffle seed), for --resume.
+    #[arg(long, value_name = "DIR")]
+    save_checkpoint: Option<PathBuf>,
+    /// Go on from a checkpoint folder (--save-checkpoint): its weights, and the data where the
+    /// run stopped; --steps more steps follow, the same as if the run had never stopped.
+    #[arg(long, value_name = "DIR", conflicts_with = "weights")]
+    resume: Option<PathBuf>,
     /// A forward-only program (.sir or .sart) to score the params on held-out data: same param
     /// names, no `train`/`assign`. Its loss output (--loss) is averaged over the batches.
     #[arg(long, value_name = "FILE", requires = "eval_data")]
@@ -140,6 +149,24 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     if let Some(path) = &args.save_weights {
         check_writable(path)?;
     }
+    let resumed = match &args.resume {
+        Some(dir) => {
+            let c = checkpoint::Checkpoint::load(dir)?;
+            c.check(
+                dir,
+                &artifact.graph,
+                data.samples(),
+                data.batch_size(),
+                args.shuffle_seed,
+            )?;
+            Some(c)
+        }
+        None => None,
+    };
+    let shuffle_seed = resumed
+        .as_ref()
+        .map_or(args.shuffle_seed, |c| c.shuffle_seed);
+    let first = resumed.as_ref().map_or(0, |c| c.runs);
     let plot_format = match &args.plot {
         Some(path) => {
             let format = plot::format_of(path)?;
@@ -168,16 +195,24 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     if let Some(path) = &args.weights {
         session.load_weights_file(path)?;
     }
-    let order = args.shuffle_seed.map_or(Order::InOrder, Order::Shuffled);
-    console::println(&describe_run(&graph, &session, &data, args))?;
+    if let Some(dir) = &args.resume {
+        session.load_weights_file(checkpoint::Checkpoint::weights(dir))?;
+        console::println(&format!(
+            "resuming from {} after step {first}",
+            dir.display()
+        ))?;
+    }
+    let order = shuffle_seed.map_or(Order::InOrder, Order::Shuffled);
+    console::println(&describe_run(&graph, &session, &data, args, shuffle_seed))?;
 
     let bar = progress_bar(args.steps);
     let loss_name = [args.loss.as_str()];
     let start = Instant::now();
     let mut last: Option<(u64, f64)> = None;
     let mut last_finite: Option<(u64, f64)> = None;
-    for step in 1..=args.steps {
-        let read_loss = step % args.log_every == 0 || step == args.steps;
+    let last_step = first + args.steps;
+    for step in first + 1..=last_step {
+        let read_loss = step % args.log_every == 0 || step == last_step;
         let feeds = data.batch(step as usize - 1, order);
         let read: &[&str] = if read_loss { &loss_name } else { &[] };
         let outputs = session.run_reading(&feeds, read)?;
@@ -206,7 +241,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         }
         if let (Some(ev), Some(k)) = (&mut evaluator, args.eval_every)
             && step % k == 0
-            && step != args.steps
+            && step != last_step
         {
             let score = ev.run(&session)?;
             curve.held_out.extend(score.loss.map(|l| (step, l)));
@@ -235,13 +270,27 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     }
     if let Some(ev) = &mut evaluator {
         let score = ev.run(&session)?;
-        curve.held_out.extend(score.loss.map(|l| (args.steps, l)));
+        curve.held_out.extend(score.loss.map(|l| (last_step, l)));
         let dir = args.eval_data.as_deref().unwrap_or(Path::new("?"));
         console::println(&format!("eval on {}: {}", dir.display(), score.describe()))?;
     }
     draw_plot(args, plot_format, &graph, &curve)?;
     if let Some(path) = &args.save_weights {
         crate::outputs::save_weights(&session, path)?;
+    }
+    if let Some(dir) = &args.save_checkpoint {
+        let c = checkpoint::Checkpoint {
+            graph,
+            runs: last_step,
+            shuffle_seed,
+            samples: data.samples(),
+            batch: data.batch_size(),
+        };
+        c.save(dir, &session)?;
+        console::println(&format!(
+            "checkpoint after step {last_step} -> {}",
+            dir.display()
+        ))?;
     }
     Ok(())
 }
@@ -334,13 +383,19 @@ fn check_loss(artifact: &Artifact, name: &str) -> Result<(), CliError> {
 
 /// `training `digits_mlp` on ADAPTER: 1497 samples of `x`, `labels` in batches of 32 (46 per
 /// epoch, shuffled with seed 1); loss read every 10 steps`
-fn describe_run(graph: &str, session: &Session, data: &DataSet, args: &Args) -> String {
+fn describe_run(
+    graph: &str,
+    session: &Session,
+    data: &DataSet,
+    args: &Args,
+    shuffle_seed: Option<u64>,
+) -> String {
     let batched: Vec<String> = session
         .inputs()
         .filter(|s| !args.inputs.iter().any(|f| f.name == s.name))
         .map(|s| format!("`{}`", s.name))
         .collect();
-    let order = match args.shuffle_seed {
+    let order = match shuffle_seed {
         Some(seed) => format!("shuffled with seed {seed}"),
         None => "in file order".to_string(),
     };

@@ -464,6 +464,18 @@ fn bad_inputs_fail_with_clear_messages() {
         "graph huge {\n  y = iota(shape=[100000, 100000], axis=0)\n  output y\n}\n",
     )
     .unwrap();
+    // the scores of an attention, a value the front end generates, pass the budget: refused
+    // before anything is computed, naming the line of the attention
+    std::fs::write(
+        d.join("huge_scores.sir"),
+        "graph scores {\n  input q: f32[1, 1, 30000, 2]\n  # all pairs\n  o = attention(q, q, q)\n  output o\n}\n",
+    )
+    .unwrap();
+    write_npy(
+        &d.join("q_long.npy"),
+        &HostTensor::f32(vec![1, 1, 30000, 2], vec![0.5; 60000]),
+    )
+    .unwrap();
     write_safetensors(
         &d.join("w_shape.safetensors"),
         &[(
@@ -532,6 +544,8 @@ fn bad_inputs_fail_with_clear_messages() {
                stderr: &["the file is not UTF-8: byte 17 is 0xe9", "latin1.sir:2:8"] },
         Case { what: "80 GB for the interpreter", args: vec![s("eval"), p("huge.sir")], code: 2,
                stderr: &["`y` (f32[100000, 100000]) would bring the interpreter's memory to", "budget of 4294967296 bytes"] },
+        Case { what: "generated value past the budget", args: [vec![s("eval"), p("huge_scores.sir")], i(format!("q={}", p("q_long.npy"))).to_vec()].concat(), code: 2,
+               stderr: &["f32[1, 1, 30000, 30000]) would bring the interpreter's memory to", "(generated from `o`, defined at", "huge_scores.sir:4)"] },
         Case { what: "--max-memory not a size", args: vec![s("eval"), p("huge.sir"), s("--max-memory=0")], code: 2,
                stderr: &["expected a positive number of GiB"] },
         Case { what: "weights: mis-shaped", args: with(&[&[s("--weights"), p("w_shape.safetensors")]]), code: 2,

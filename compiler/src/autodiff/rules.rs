@@ -730,12 +730,41 @@ fn cross_entropy(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
     )?;
     let label = e.reshape(label, &[n, 1])?;
     let mut onehot = e.compare(Op::Eq, classes, label)?;
+    // f16 logits: the gradient is f16 (comparisons give f32 masks)
     let dtype = e.ty(logits).dtype;
     if dtype != sinter_ir::DType::F32 {
         onehot = e.op(Op::Cast, &[onehot], Attrs::new().and(key::DTYPE, dtype))?;
     }
-    let d = e.sub(p, onehot)?;
-    let scale = match s.attrs().of(key::REDUCTION) {
+    let mut d = e.sub(p, onehot)?;
+    let reduction = s.attrs().of(key::REDUCTION);
+    // rows labelled `ignore_index` get no gradient, and the mean is over the kept rows
+    if let Some(ignore) = s.attrs().try_of(key::IGNORE_INDEX) {
+        let value = e.constant(ignore as f64)?;
+        let ignored = e.compare(Op::Eq, label, value)?;
+        let one = e.constant(1.0)?;
+        let kept = e.sub(one, ignored)?;
+        let kept_d = if dtype != sinter_ir::DType::F32 {
+            e.op(Op::Cast, &[kept], Attrs::new().and(key::DTYPE, dtype))?
+        } else {
+            kept
+        };
+        d = e.mul(d, kept_d)?;
+        if reduction == "mean" {
+            let total = e.op(
+                Op::Sum,
+                &[kept],
+                Attrs::new()
+                    .and(key::AXES, vec![0, 1])
+                    .and(key::KEEPDIM, false),
+            )?;
+            // no row kept: the loss is NaN (0/0) but, as in PyTorch, the gradient is 0
+            let one = e.constant(1.0)?;
+            let total = e.op(Op::Maximum, &[total, one], Attrs::new())?;
+            let per_kept = e.div(dy, total)?;
+            return Ok(vec![Some(e.mul(d, per_kept)?), None]);
+        }
+    }
+    let scale = match reduction {
         "mean" => e.scale(dy, 1.0 / n as f64)?,
         "sum" => dy,
         _ => e.reshape(dy, &[n, 1])?,

@@ -17,6 +17,9 @@
 //!   (C order); with an odd element count the last `r·sin θ` is discarded. Each sample `z`
 //!   becomes `mean + std · z`.
 //! - **`zeros`, `ones`, `full(v)`.** Every element 0, 1 or `v`.
+//! - **`warmup_constant`, `warmup_linear`, `warmup_cosine`.** Element `i` is a learning-rate
+//!   schedule's rate at step `i` ([`Schedule::lr_at`]).
+//! - **`bias_corrections(beta1, beta2)`.** Element `2t + c` is `1 − β_c^t` (`powf` in f64).
 //!
 //! Values are computed in f64; a consumer storing f32 rounds each to nearest. For an i32 tensor
 //! each value is converted as `cast` does (truncation toward zero).
@@ -30,8 +33,125 @@ pub enum Init {
     Zeros,
     Ones,
     Full(f64),
-    Normal { mean: f64, std: f64, seed: u64 },
-    Uniform { lo: f64, hi: f64, seed: u64 },
+    Normal {
+        mean: f64,
+        std: f64,
+        seed: u64,
+    },
+    Uniform {
+        lo: f64,
+        hi: f64,
+        seed: u64,
+    },
+    /// Element `i`: the learning rate at the 0-based step `i` of a schedule (a table that
+    /// `train` reads by its step counter).
+    Schedule(Schedule),
+    /// A `[N, 2]` table, row `t`: `1 − beta1^t`, `1 − beta2^t` (Adam's bias corrections at
+    /// the 1-based step `t`).
+    BiasCorrections {
+        beta1: f64,
+        beta2: f64,
+    },
+}
+
+/// How a learning rate changes with the step: PyTorch's and Hugging Face's schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScheduleKind {
+    /// `lr` after the warmup.
+    Constant,
+    /// From `lr` down to `min_lr` in a straight line over the steps after the warmup.
+    Linear,
+    /// From `lr` down to `min_lr` along half a cosine over the steps after the warmup.
+    Cosine,
+}
+
+impl ScheduleKind {
+    pub const ALL: [ScheduleKind; 3] = [
+        ScheduleKind::Constant,
+        ScheduleKind::Linear,
+        ScheduleKind::Cosine,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::Constant => "constant",
+            ScheduleKind::Linear => "linear",
+            ScheduleKind::Cosine => "cosine",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ScheduleKind> {
+        ScheduleKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The name of its initializer in the text format.
+    pub fn init_name(self) -> &'static str {
+        match self {
+            ScheduleKind::Constant => "warmup_constant",
+            ScheduleKind::Linear => "warmup_linear",
+            ScheduleKind::Cosine => "warmup_cosine",
+        }
+    }
+}
+
+/// A learning-rate schedule over 0-based steps `s`, as Hugging Face's
+/// `get_{constant,linear,cosine}_schedule_with_warmup` (and `..._with_min_lr`) compute it:
+/// `lr · s / warmup` while `s < warmup`; then `lr` (constant) or, with
+/// `p = min(1, (s − warmup) / (total_steps − warmup))`, `min_lr + (lr − min_lr) · (1 − p)`
+/// (linear) or `min_lr + (lr − min_lr) · ½ (1 + cos(π p))` (cosine). From `total_steps` on it
+/// stays at `min_lr` (Hugging Face's cosine would rise again).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    pub kind: ScheduleKind,
+    pub lr: f64,
+    pub warmup: u64,
+    /// Unused by the constant schedule.
+    pub total_steps: u64,
+    /// Unused by the constant schedule.
+    pub min_lr: f64,
+}
+
+impl Schedule {
+    /// The learning rate at the 0-based step `s`, in f64.
+    pub fn lr_at(&self, s: u64) -> f64 {
+        if s < self.warmup {
+            return self.lr * s as f64 / self.warmup as f64;
+        }
+        let decay = self.total_steps.saturating_sub(self.warmup).max(1) as f64;
+        let p = ((s - self.warmup) as f64 / decay).min(1.0);
+        let span = self.lr - self.min_lr;
+        match self.kind {
+            ScheduleKind::Constant => self.lr,
+            ScheduleKind::Linear => self.min_lr + span * (1.0 - p),
+            ScheduleKind::Cosine => {
+                self.min_lr + span * 0.5 * (1.0 + (std::f64::consts::PI * p).cos())
+            }
+        }
+    }
+
+    /// Steps after which the rate no longer changes: a table of `steps() + 1` entries read at
+    /// `min(s, steps())` gives every step's rate.
+    pub fn steps(&self) -> u64 {
+        match self.kind {
+            ScheduleKind::Constant => self.warmup,
+            ScheduleKind::Linear | ScheduleKind::Cosine => self.total_steps.max(self.warmup),
+        }
+    }
+}
+
+/// Rows of a [`Init::BiasCorrections`] table that give every step's corrections when read at
+/// `min(t, rows − 1)`: past the last, both round to 1 in f32 (`beta^t < 2⁻²⁵`). At most 2²⁴ + 1
+/// (f32 counts steps exactly up to 2²⁴).
+pub fn bias_correction_rows(beta1: f64, beta2: f64) -> u64 {
+    let saturated = |beta: f64| {
+        if beta <= 0.0 {
+            return 1;
+        }
+        // beta^t < 2^-25 from t > -25 ln 2 / ln beta on
+        let t = (-25.0 * std::f64::consts::LN_2 / beta.ln()).floor() as u64 + 1;
+        t.min(1 << 24)
+    };
+    saturated(beta1).max(saturated(beta2)) + 1
 }
 
 impl Eq for Init {}
@@ -54,6 +174,23 @@ impl std::fmt::Display for Init {
             ),
             Init::Uniform { lo, hi, seed: s } => {
                 ("uniform", [arg("lo", lo, 0.0), arg("hi", hi, 1.0), seed(s)])
+            }
+            Init::Schedule(s) => {
+                let mut args = vec![format!("lr={}", format_float(s.lr))];
+                args.push(format!("warmup={}", s.warmup));
+                if s.kind != ScheduleKind::Constant {
+                    args.push(format!("total_steps={}", s.total_steps));
+                    args.extend(arg("min_lr", s.min_lr, 0.0));
+                }
+                return write!(f, "{}({})", s.kind.init_name(), args.join(", "));
+            }
+            Init::BiasCorrections { beta1, beta2 } => {
+                return write!(
+                    f,
+                    "bias_corrections(beta1={}, beta2={})",
+                    format_float(beta1),
+                    format_float(beta2)
+                );
             }
         };
         let args: Vec<String> = args.into_iter().flatten().collect();
@@ -119,6 +256,34 @@ pub fn check(init: &Init) -> Result<(), (&'static str, String)> {
         Init::Uniform { lo, hi, .. } if hi <= lo => {
             Err(("hi", format!("uniform needs lo < hi, got lo={lo}, hi={hi}")))
         }
+        Init::Schedule(s) if !(s.lr >= 0.0 && s.lr.is_finite()) => {
+            Err(("lr", format!("lr={} must be finite and not negative", s.lr)))
+        }
+        Init::Schedule(s)
+            if s.kind != ScheduleKind::Constant && !(s.min_lr >= 0.0 && s.min_lr <= s.lr) =>
+        {
+            Err((
+                "min_lr",
+                format!("min_lr={} must lie between 0 and lr={}", s.min_lr, s.lr),
+            ))
+        }
+        Init::Schedule(s) if s.kind != ScheduleKind::Constant && s.total_steps <= s.warmup => {
+            Err((
+                "total_steps",
+                format!(
+                    "total_steps={} must pass warmup={}",
+                    s.total_steps, s.warmup
+                ),
+            ))
+        }
+        Init::BiasCorrections { beta1, beta2 }
+            if !((0.0..1.0).contains(&beta1) && (0.0..1.0).contains(&beta2)) =>
+        {
+            Err((
+                "beta1",
+                format!("betas {beta1} and {beta2} must lie in [0, 1)"),
+            ))
+        }
         _ => Ok(()),
     }
 }
@@ -173,7 +338,18 @@ fn values_from(init: &Init, start: usize) -> impl Iterator<Item = f64> + '_ {
     };
     // the second sample `z = r · sin θ` of the last Box–Muller pair
     let mut pending: Option<f64> = None;
+    let mut index = start;
     std::iter::repeat(()).map(move |_| match *init {
+        Init::Schedule(s) => {
+            index += 1;
+            s.lr_at(index as u64 - 1)
+        }
+        Init::BiasCorrections { beta1, beta2 } => {
+            index += 1;
+            let (t, column) = ((index - 1) / 2, (index - 1) % 2);
+            let beta = if column == 0 { beta1 } else { beta2 };
+            1.0 - beta.powf(t as f64)
+        }
         Init::Zeros => 0.0,
         Init::Ones => 1.0,
         Init::Full(v) => v,

@@ -21,7 +21,8 @@ impl KeyFilter {
     }
 }
 
-/// `softmax(scale · q kᵀ [+ mask | masked to -inf]) v` over `[B, H, S, D]` tensors.
+/// `softmax(scale · q kᵀ [+ mask | masked to -inf]) v` over `[B, H, S, D]` tensors; `k` and
+/// `v` may have fewer heads (`H / group`), query head `h` reading key/value head `h / group`.
 ///
 /// An additive mask is added to the scaled scores; a boolean mask sends scores where it is 0 to
 /// `-inf`; `causal` and `window` do the same for keys they exclude. A query row with no allowed
@@ -29,7 +30,9 @@ impl KeyFilter {
 pub(crate) fn attention(cx: &Cx) -> Tensor {
     let (q, k, v) = (cx.x(0), cx.x(1), cx.x(2));
     let [b, h, sq, d] = [0, 1, 2, 3].map(|i| q.shape()[i]);
-    let (sk, dv) = (k.shape()[2], v.shape()[3]);
+    let (kv_heads, sk, dv) = (k.shape()[1], k.shape()[2], v.shape()[3]);
+    // query head `hq` reads key/value head `hq / group` (grouped-query attention)
+    let group = h / kv_heads;
     let scale = cx.attrs.of(key::SCALE);
     let additive = cx.attrs.of(key::MASK_KIND) == "additive";
     let filter = KeyFilter {
@@ -42,10 +45,11 @@ pub(crate) fn attention(cx: &Cx) -> Tensor {
     let mut data = Vec::with_capacity(b * h * sq * dv);
     let mut scores = vec![0.0; sk];
     for bh in 0..b * h {
+        let kv = (bh / h) * kv_heads + (bh % h) / group;
         let (qh, kh, vh) = (
             &q.data[bh * sq * d..],
-            &k.data[bh * sk * d..],
-            &v.data[bh * sk * dv..],
+            &k.data[kv * sk * d..],
+            &v.data[kv * sk * dv..],
         );
         for i in 0..sq {
             for (j, s) in scores.iter_mut().enumerate() {

@@ -91,6 +91,35 @@ impl Memory {
     }
 }
 
+/// Bytes an op's temporaries may take besides its results: twice the results.
+fn transient_bytes(g: &Graph, node: &crate::graph::Node) -> u64 {
+    node.outputs.iter().fold(0u64, |sum, &v| {
+        let bytes = (g.ty(v).checked_numel().map(|n| n as u64))
+            .and_then(|n| n.checked_mul(16))
+            .unwrap_or(u64::MAX);
+        sum.saturating_add(bytes)
+    })
+}
+
+/// The memory an evaluation of `g` reserves, value by value as [`evaluate_with`] does, without
+/// computing anything: the first value past `budget` is the error.
+fn plan_memory(g: &Graph, budget: u64) -> Result<(), EvalError> {
+    let mut memory = Memory { used: 0, budget };
+    for id in g.value_ids() {
+        let value = g.value(id);
+        if !matches!(value.def, ValueDef::Node { .. }) {
+            memory.reserve(&value.name, &value.ty, 0)?;
+        }
+    }
+    for node in &g.nodes {
+        let transient = transient_bytes(g, node);
+        for &v in &node.outputs {
+            memory.reserve(g.name_of(v), g.ty(v), transient)?;
+        }
+    }
+    Ok(())
+}
+
 /// [`evaluate`] with explicit limits.
 pub fn evaluate_with(
     g: &Graph,
@@ -99,6 +128,9 @@ pub fn evaluate_with(
     options: &EvalOptions,
 ) -> Result<Evaluation, EvalError> {
     validate(g, inputs, persistent)?;
+    // Every value is kept and its type is known, so the whole run's memory is known before
+    // anything is computed: a graph past the budget is refused at once.
+    plan_memory(g, options.memory_budget)?;
     let mut memory = Memory {
         used: 0,
         budget: options.memory_budget,
@@ -122,14 +154,7 @@ pub fn evaluate_with(
         values[id.index()] = init;
     }
     for node in &g.nodes {
-        let mut transient = 0u64;
-        for &v in &node.outputs {
-            let ty = g.ty(v);
-            let bytes = (ty.checked_numel().map(|n| n as u64))
-                .and_then(|n| n.checked_mul(16))
-                .unwrap_or(u64::MAX);
-            transient = transient.saturating_add(bytes);
-        }
+        let transient = transient_bytes(g, node);
         for &v in &node.outputs {
             memory.reserve(g.name_of(v), g.ty(v), transient)?;
         }

@@ -17,14 +17,26 @@ fn reduce(cx: &Cx, losses: Vec<f64>) -> Tensor {
 }
 
 /// `logsumexp(logits[i]) - logits[i, labels[i]]` for logits `[N, C]` and i32 labels `[N]`.
-/// A label outside `0..C` is an [`EvalError::IndexOutOfRange`] (there is no ignore index).
+/// A row whose label is `ignore_index` counts 0 and is left out of the mean (which is NaN, 0/0,
+/// when every row is); any other label outside `0..C` is an [`EvalError::IndexOutOfRange`].
 pub(crate) fn cross_entropy(cx: &Cx) -> Result<Tensor, EvalError> {
     let logits = cx.x(0);
     let classes = logits.shape()[1];
+    let ignore = cx.attrs.try_of(key::IGNORE_INDEX);
     let mut losses = Vec::with_capacity(logits.shape()[0]);
+    let mut kept = 0usize;
     for (i, row) in logits.data.chunks(classes).enumerate() {
+        if ignore.is_some_and(|ii| cx.x(1).data[i] == ii as f64) {
+            losses.push(0.0);
+            continue;
+        }
         let label = cx.index(1, i, classes)?;
         losses.push(logsumexp(row) - row[label]);
+        kept += 1;
+    }
+    if ignore.is_some() && cx.attrs.of(key::REDUCTION) == "mean" {
+        let sum: f64 = losses.iter().sum();
+        return Ok(Tensor::new(cx.out().clone(), vec![sum / kept as f64]));
     }
     Ok(reduce(cx, losses))
 }

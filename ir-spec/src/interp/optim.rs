@@ -16,9 +16,13 @@ use crate::op::Op;
 /// default) the two agree, since `momentum·0 + g = g`.
 pub(crate) fn sgd(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     let (param, grad) = (&cx.x(0).data, &cx.x(1).data);
-    let buf = cx.optional(2).map(|t| &t.data);
-    let lr = cx.attrs.of(key::LR);
     let momentum = cx.attrs.of(key::MOMENTUM);
+    let tensors = 2 + usize::from(momentum != 0.0);
+    let buf = (momentum != 0.0).then(|| &cx.x(2).data);
+    let lr = match cx.optional(tensors) {
+        Some(lr) => lr.data[0],
+        None => cx.attrs.of(key::LR),
+    };
     let dampening = cx.attrs.of(key::DAMPENING);
     let nesterov = cx.attrs.of(key::NESTEROV);
     let wd = cx.attrs.of(key::WEIGHT_DECAY);
@@ -46,7 +50,9 @@ pub(crate) fn sgd(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     Ok(out)
 }
 
-/// `adam` / `adamw(param, grad, m, v, t)` → `param', m', v'`, for the 1-based step `t`:
+/// `adam` / `adamw(param, grad, m, v, t, [lr], [bias_corrections])` → `param', m', v'`, for
+/// the 1-based step `t` (`lr` the operand when given, and `1 − β1ᵗ`, `1 − β2ᵗ` the two
+/// elements of `bias_corrections` when given):
 /// `g = grad + wd·param` (adam) or `param ← param·(1 − lr·wd)`, `g = grad` (adamw);
 /// `m' = β1·m + (1 − β1)·g`; `v' = β2·v + (1 − β2)·g²`; `m̂ = m' / (1 − β1ᵗ)`;
 /// `v̂ = v' / (1 − β2ᵗ)`; `param' = param − lr·m̂ / (√v̂ + eps)`.
@@ -63,8 +69,12 @@ pub(crate) fn adam(cx: &Cx) -> Result<Vec<Tensor>, EvalError> {
     }
     let [lr, beta1, beta2, eps, wd] =
         [key::LR, key::BETA1, key::BETA2, key::EPS, key::WEIGHT_DECAY].map(|a| cx.attrs.of(a));
+    let lr = cx.optional(5).map_or(lr, |t| t.data[0]);
     let decoupled = cx.op == Op::AdamW;
-    let (bc1, bc2) = (1.0 - beta1.powf(t), 1.0 - beta2.powf(t));
+    let (bc1, bc2) = match cx.optional(6) {
+        Some(c) => (c.data[0], c.data[1]),
+        None => (1.0 - beta1.powf(t), 1.0 - beta2.powf(t)),
+    };
     let n = param.len();
     let (mut new_p, mut new_m, mut new_v) = (
         Vec::with_capacity(n),

@@ -147,6 +147,8 @@ pub(crate) struct Train {
     pub attrs: Vec<AttrArg>,
     /// `params=[...]`, when given.
     pub params: Option<ParamList>,
+    /// `no_decay=[...]`, when given as a list (`no_decay="1d"` is among `attrs`).
+    pub no_decay: Option<ParamList>,
     /// The whole statement.
     pub span: Span,
 }

@@ -5,6 +5,7 @@ use super::ast::{AttrArg, AttrValue, Expr, Ident, Number};
 use super::suggest::did_you_mean;
 use crate::diag::Diagnostic;
 use crate::graph::Init;
+use crate::init::{Schedule, ScheduleKind};
 
 /// An initializer error was reported.
 pub(crate) struct Reported;
@@ -37,6 +38,9 @@ pub(crate) fn read_init(expr: &Expr, diags: &mut Vec<Diagnostic>) -> IResult<Ini
         "full" => &["value"],
         "normal" => &["mean", "std", "seed"],
         "uniform" => &["lo", "hi", "seed"],
+        "warmup_constant" => &["lr", "warmup"],
+        "warmup_linear" | "warmup_cosine" => &["lr", "warmup", "total_steps", "min_lr"],
+        "bias_corrections" => &["beta1", "beta2"],
         other => {
             let diag =
                 Diagnostic::error(format!("unknown initializer `{other}`"), name.span.range())
@@ -47,10 +51,42 @@ pub(crate) fn read_init(expr: &Expr, diags: &mut Vec<Diagnostic>) -> IResult<Ini
         }
     };
     let args = init_args(diags, name, operands, attrs, allowed)?;
+    let steps = |diags: &mut Vec<Diagnostic>, key: &str| -> IResult<u64> {
+        let v = args.float(key, 0.0);
+        if v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 {
+            return Ok(v as u64);
+        }
+        let span = attrs
+            .iter()
+            .find(|a| a.name.name == key)
+            .map_or(name.span, |a| a.span);
+        let diag = Diagnostic::error(format!("{key}={v} is not a count of steps"), span.range())
+            .with_label("not a whole number from 0");
+        Err(report(diags, diag))
+    };
+    let kind = ScheduleKind::ALL
+        .into_iter()
+        .find(|k| k.init_name() == name.name);
+    if let Some(kind) = kind {
+        let schedule = Schedule {
+            kind,
+            lr: args.float("lr", f64::NAN),
+            warmup: steps(diags, "warmup")?,
+            total_steps: steps(diags, "total_steps")?,
+            min_lr: args.float("min_lr", 0.0),
+        };
+        let init = Init::Schedule(schedule);
+        check_init(diags, &init, name, attrs)?;
+        return Ok(init);
+    }
     let init = match name.name.as_str() {
         "zeros" => Init::Zeros,
         "ones" => Init::Ones,
         "full" => Init::Full(args.float("value", f64::NAN)),
+        "bias_corrections" => Init::BiasCorrections {
+            beta1: args.float("beta1", 0.9),
+            beta2: args.float("beta2", 0.999),
+        },
         "normal" => Init::Normal {
             mean: args.float("mean", 0.0),
             std: args.float("std", 1.0),
@@ -173,10 +209,22 @@ fn check_init(
     }
 }
 
-const INIT_NAMES: [&str; 5] = ["zeros", "ones", "full", "normal", "uniform"];
+const INIT_NAMES: [&str; 9] = [
+    "zeros",
+    "ones",
+    "full",
+    "normal",
+    "uniform",
+    "warmup_constant",
+    "warmup_linear",
+    "warmup_cosine",
+    "bias_corrections",
+];
 
 pub(crate) const INIT_FORMS: &str = "initializers are zeros, ones, full(V), \
-    normal(std=S, mean=M, seed=N) and uniform(lo=A, hi=B, seed=N)";
+    normal(std=S, mean=M, seed=N), uniform(lo=A, hi=B, seed=N), the learning-rate tables \
+    warmup_constant(lr=R, warmup=W), warmup_linear / warmup_cosine(lr=R, warmup=W, \
+    total_steps=T, min_lr=M) and bias_corrections(beta1=B1, beta2=B2)";
 
 fn init_usage(init: &str) -> String {
     match init {

@@ -16,6 +16,7 @@ use crate::attr::{Attr, Attrs};
 use crate::diag::Diagnostic;
 use crate::graph::{Graph, GraphError, ValueDef, ValueId};
 use crate::infer::{Blame, TypeError};
+use crate::init::ScheduleKind;
 use crate::op::Op;
 use crate::train::{self, Optimizer, TrainError, TrainSpec};
 
@@ -668,13 +669,35 @@ impl Lowerer<'_> {
             }
         }
         let attrs = self.attrs(&t.attrs);
+        let no_decay = self.no_decay(t);
         let clip_norm = self.clip_norm(t);
+        let schedule = self.schedule(t);
+        let micro_batches = self.accumulate(t);
         let known = match optimizer {
             Ok(optimizer) => self.known_train_attrs(optimizer, t),
             Err(Failed) => Err(Failed),
         };
-        let (Ok(optimizer), Ok(loss), Some(params), Ok(attrs), Ok(clip_norm), Ok(())) =
-            (optimizer, loss, params, attrs, clip_norm, known)
+        let (
+            Ok(optimizer),
+            Ok(loss),
+            Some(params),
+            Ok(attrs),
+            Ok(clip_norm),
+            Ok(schedule),
+            Ok(no_decay),
+            Ok(micro_batches),
+            Ok(()),
+        ) = (
+            optimizer,
+            loss,
+            params,
+            attrs,
+            clip_norm,
+            schedule,
+            no_decay,
+            micro_batches,
+            known,
+        )
         else {
             return Err(Failed);
         };
@@ -682,11 +705,14 @@ impl Lowerer<'_> {
             optimizer,
             attrs: attrs
                 .iter()
-                .filter(|(k, _)| *k != "clip_norm")
+                .filter(|(k, _)| !train::TRAIN_ATTRS.contains(k))
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
             clip_norm,
             params: t.params.as_ref().map(|_| params),
+            schedule,
+            no_decay,
+            accumulate: micro_batches,
         };
         let first_value = self.graph.values.len();
         let first_assign = self.graph.assigns.len();
@@ -738,6 +764,97 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `schedule=`, `warmup=`, `total_steps=` and `min_lr=` (ranges are checked by
+    /// `add_training`).
+    fn schedule(&mut self, t: &Train) -> LResult<train::LrSchedule> {
+        let mut s = train::LrSchedule::CONSTANT;
+        let mut failed = false;
+        for arg in &t.attrs {
+            let value = arg.value.to_attr();
+            let problem = match arg.name.name.as_str() {
+                "schedule" => match value.as_ref().and_then(Attr::as_str) {
+                    Some(name) => match ScheduleKind::from_name(name) {
+                        Some(kind) => {
+                            s.kind = kind;
+                            None
+                        }
+                        None => Some("`schedule` is \"constant\", \"linear\" or \"cosine\""),
+                    },
+                    None => Some("`schedule` is \"constant\", \"linear\" or \"cosine\""),
+                },
+                "warmup" | "total_steps" => match value.as_ref().and_then(Attr::as_int) {
+                    Some(v) if (0..=i64::from(u32::MAX)).contains(&v) => {
+                        if arg.name.name == "warmup" {
+                            s.warmup = v as u64;
+                        } else {
+                            s.total_steps = Some(v as u64);
+                        }
+                        None
+                    }
+                    _ => Some("a count of steps: a whole number from 0"),
+                },
+                "min_lr" => match value.as_ref().and_then(Attr::as_float) {
+                    Some(v) => {
+                        s.min_lr = v;
+                        None
+                    }
+                    None => Some("`min_lr` must be a number"),
+                },
+                _ => None,
+            };
+            if let Some(message) = problem {
+                let diag = Diagnostic::error(message, arg.span.range()).with_label("invalid");
+                self.diags.push(diag);
+                failed = true;
+            }
+        }
+        if failed { Err(Failed) } else { Ok(s) }
+    }
+
+    /// `accumulate=K`, K ≥ 1 (default 1).
+    fn accumulate(&mut self, t: &Train) -> LResult<u64> {
+        let Some(arg) = t.attrs.iter().find(|a| a.name.name == "accumulate") else {
+            return Ok(1);
+        };
+        match arg.value.to_attr().as_ref().and_then(Attr::as_int) {
+            Some(k) if (1..=i64::from(u32::MAX)).contains(&k) => Ok(k as u64),
+            _ => {
+                let diag = Diagnostic::error(
+                    "`accumulate` is the number of micro-batches per update, a whole number from 1",
+                    arg.span.range(),
+                )
+                .with_label("invalid");
+                Err(self.report(diag))
+            }
+        }
+    }
+
+    /// `no_decay=[P1, ...]` or `no_decay="1d"`.
+    fn no_decay(&mut self, t: &Train) -> LResult<train::NoDecay> {
+        if let Some(list) = &t.no_decay {
+            let mut ids = Vec::new();
+            for ident in &list.names {
+                ids.push(self.use_name(ident)?);
+            }
+            return Ok(train::NoDecay::Listed(ids));
+        }
+        let Some(arg) = t.attrs.iter().find(|a| a.name.name == "no_decay") else {
+            return Ok(train::NoDecay::Nothing);
+        };
+        match arg.value.to_attr().as_ref().and_then(Attr::as_str) {
+            Some("1d") => Ok(train::NoDecay::OneD),
+            _ => {
+                let diag = Diagnostic::error(
+                    "`no_decay` is \"1d\" (the params of rank 0 or 1) or a list of params",
+                    arg.span.range(),
+                )
+                .with_label("invalid")
+                .with_help("for example `no_decay=\"1d\"` or `no_decay=[b1, ln.g]`");
+                Err(self.report(diag))
+            }
+        }
+    }
+
     /// Rejects attributes that neither the optimizer nor `train` takes.
     fn known_train_attrs(&mut self, optimizer: Optimizer, t: &Train) -> LResult<()> {
         let spec = optimizer.op().spec();
@@ -745,10 +862,14 @@ impl Lowerer<'_> {
         let mut failed = false;
         for arg in &t.attrs {
             let name = arg.name.name.as_str();
-            if name == "clip_norm" || known.contains(&name) {
+            if train::TRAIN_ATTRS.contains(&name) || known.contains(&name) {
                 continue;
             }
-            let candidates = known.iter().copied().chain(["clip_norm", "params"]);
+            let candidates = known
+                .iter()
+                .copied()
+                .chain(train::TRAIN_ATTRS)
+                .chain(["params"]);
             let diag = Diagnostic::error(
                 format!(
                     "unknown attribute `{name}` for `train ... with {}`",
@@ -759,7 +880,8 @@ impl Lowerer<'_> {
             .with_label("unknown")
             .with_optional_help(did_you_mean(name, candidates))
             .with_help(format!(
-                "`{}` takes {}; `train` adds clip_norm and params",
+                "`{}` takes {}; `train` adds clip_norm, schedule, warmup, total_steps, min_lr \
+                 and params",
                 spec.name,
                 known.join(", ")
             ));
@@ -837,6 +959,29 @@ impl Lowerer<'_> {
             )
             .with_label(format!("`{}` is {ty}", t.loss.name))
             .with_help("reduce the loss to a scalar first, e.g. `loss = mean(...)`"),
+            TrainError::Schedule(message) => {
+                let span = t
+                    .attrs
+                    .iter()
+                    .find(|a| {
+                        ["schedule", "total_steps", "min_lr", "warmup"]
+                            .contains(&a.name.name.as_str())
+                    })
+                    .map_or(t.keyword, |a| a.span);
+                Diagnostic::error(message, span.range()).with_label("invalid schedule")
+            }
+            TrainError::NoDecay { name } => {
+                let span = t
+                    .no_decay
+                    .as_ref()
+                    .and_then(|l| l.names.iter().find(|n| n.name == name))
+                    .map_or(t.keyword, |n| n.span);
+                Diagnostic::error(
+                    format!("`{name}` in no_decay is not a param this `train` updates"),
+                    span.range(),
+                )
+                .with_label("not trained here")
+            }
             TrainError::ClipNorm { value } => {
                 let span = t
                     .attrs

@@ -73,6 +73,13 @@ impl<'a> Parser<'a> {
         &self.tokens[i].kind
     }
 
+    fn peek_third(&mut self) -> &TokenKind {
+        self.skip_insignificant();
+        let second = self.next_index(self.pos + 1);
+        let i = self.next_index(second + 1);
+        &self.tokens[i].kind
+    }
+
     fn span(&mut self) -> Span {
         self.skip_insignificant();
         self.tokens[self.pos].span
@@ -611,6 +618,7 @@ impl<'a> Parser<'a> {
         self.open_bracket();
         let mut attrs = Vec::new();
         let mut params: Option<ParamList> = None;
+        let mut no_decay: Option<ParamList> = None;
         loop {
             if self.at_line_start() && self.starts_statement(self.pos) {
                 return self.unexpected("`)`");
@@ -618,16 +626,30 @@ impl<'a> Parser<'a> {
             match self.peek().clone() {
                 TokenKind::RParen => break,
                 TokenKind::Ident if *self.peek_second() == TokenKind::Equals => {
-                    if self.peek_ident() == Some("params") {
+                    let listed = match self.peek_ident() {
+                        Some("params") => Some("params"),
+                        Some("no_decay") if *self.peek_third() == TokenKind::LBracket => {
+                            Some("no_decay")
+                        }
+                        _ => None,
+                    };
+                    if let Some(key) = listed {
                         let list = self.param_list()?;
-                        if let Some(first) = &params {
-                            let diag =
-                                Diagnostic::error("`params` is given twice", list.span.range())
-                                    .with_label("given again")
-                                    .with_secondary(first.span.range(), "first given here");
+                        let slot = if key == "params" {
+                            &mut params
+                        } else {
+                            &mut no_decay
+                        };
+                        if let Some(first) = slot {
+                            let diag = Diagnostic::error(
+                                format!("`{key}` is given twice"),
+                                list.span.range(),
+                            )
+                            .with_label("given again")
+                            .with_secondary(first.span.range(), "first given here");
                             return self.fail(diag);
                         }
-                        params = Some(list);
+                        *slot = Some(list);
                     } else {
                         attrs.push(self.attr_arg()?);
                     }
@@ -654,6 +676,7 @@ impl<'a> Parser<'a> {
             optimizer,
             attrs,
             params,
+            no_decay,
             span: keyword.to(end),
         }))
     }
@@ -676,9 +699,9 @@ impl<'a> Parser<'a> {
         self.fail(diag)
     }
 
-    /// `params=[P1, P2, ...]` inside a `train` statement's optimizer call.
+    /// `params=[P1, P2, ...]` (or `no_decay=[...]`) inside a `train` statement's optimizer call.
     fn param_list(&mut self) -> PResult<ParamList> {
-        let start = self.bump().span; // `params`
+        let start = self.bump().span; // `params` or `no_decay`
         self.bump(); // `=`
         if *self.peek() != TokenKind::LBracket {
             let help = "list the params to train by name: `params=[w1, b1]`".to_string();

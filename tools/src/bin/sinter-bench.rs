@@ -13,6 +13,11 @@
 //! - `sinter-bench attention [--seq 512,1024,2048,4096] [--batch 4] [--heads 12] [--head-dim 64]
 //!   [--causal] [--policies flash,unfused,auto]`: an attention's forward and backward, once per
 //!   `--attention` policy, the results checked against the first policy's (see `bench/attention.rs`).
+//! - `sinter-bench gpt [--layers 12 --width 768 --heads 12 ...]` and `sinter-bench llama
+//!   [--layers 30 --width 576 --heads 9 --kv-heads 3 --mlp 1536 --vocab 49152 ...]`: a
+//!   generated training step (`tools/src/gpt.rs`, `tools/src/llama.rs`): compile time, the
+//!   first two losses, time per step and the kernel profile; the folder it writes is what
+//!   `bench/gpt_torch.py` and `bench/llama_torch.py` read.
 //! - `sinter-bench scaling [--nodes 10000]`: compile time of generated programs at N and 4N
 //!   nodes (a chain of relus, a training step through a chain); fails when 4N takes more than
 //!   `--max-ratio` (8) times as long as N, which a quadratic pass would.
@@ -66,6 +71,9 @@ enum Command {
     /// step and the kernel profile; writes the program, its initial weights and the batch for
     /// `bench/gpt_torch.py`.
     Gpt(GptArgs),
+    /// A Llama-family training step (generated; default SmolLM2-135M's shape): as `gpt`, for
+    /// `bench/llama_torch.py`.
+    Llama(LlamaArgs),
     /// Compile time at N and 4N nodes; fails when a pass scales worse than n log n.
     Scaling(scaling::ScalingArgs),
     /// An attention's forward and backward per sequence length, once per attention policy
@@ -87,6 +95,47 @@ struct GptArgs {
     batch: usize,
     #[arg(long, default_value_t = 2048)]
     vocab: usize,
+    #[command(flatten)]
+    step: StepArgs,
+}
+
+/// A Llama-family step; the defaults are SmolLM2-135M's shape with context 512 and batch 4.
+#[derive(clap::Args)]
+struct LlamaArgs {
+    #[arg(long, default_value_t = 30)]
+    layers: usize,
+    #[arg(long, default_value_t = 576)]
+    width: usize,
+    #[arg(long, default_value_t = 9)]
+    heads: usize,
+    /// Key/value heads (dividing --heads).
+    #[arg(long, default_value_t = 3)]
+    kv_heads: usize,
+    /// Width of the SwiGLU MLP.
+    #[arg(long, default_value_t = 1536)]
+    mlp: usize,
+    #[arg(long, default_value_t = 512)]
+    context: usize,
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    #[arg(long, default_value_t = 49152)]
+    vocab: usize,
+    /// The rotary embedding's base.
+    #[arg(long, default_value_t = 100000.0)]
+    rope_theta: f64,
+    /// AdamW's learning rate.
+    #[arg(long, default_value_t = 3e-4)]
+    lr: f64,
+    /// AdamW's weight decay (on every param).
+    #[arg(long, default_value_t = 0.1)]
+    weight_decay: f64,
+    #[command(flatten)]
+    step: StepArgs,
+}
+
+/// What `gpt` and `llama` share: how the generated step is compiled and timed.
+#[derive(clap::Args)]
+struct StepArgs {
     /// Timed training steps (after three untimed ones).
     #[arg(long, default_value_t = 20)]
     steps: u32,
@@ -109,9 +158,11 @@ struct GptArgs {
     /// Only generate and compile (no GPU): compile time and kernel counts.
     #[arg(long)]
     compile_only: bool,
-    /// Folder for gpt.sir, config.json, init.safetensors, ids.npy and targets.npy.
-    #[arg(long, default_value = "gpt-bench")]
-    out: PathBuf,
+    /// Folder for the program (NAME.sir), config.json, init.safetensors (the initial params),
+    /// step1.safetensors (the params after one step), ids.npy and targets.npy; default
+    /// NAME-bench.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Largest arena binding the compiler may plan, in bytes.
     #[arg(long)]
     max_binding: Option<u64>,
@@ -194,6 +245,7 @@ fn main() -> ExitCode {
         Command::Matmul(args) => matmul(args, &out),
         Command::Run(args) => run(args, &out),
         Command::Gpt(args) => gpt(args, &out),
+        Command::Llama(args) => llama(args, &out),
         Command::Scaling(args) => scaling::scaling(args, &out),
         Command::Attention(args) => attention::attention(args, &out),
     };
@@ -853,24 +905,115 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         vocab: args.vocab,
     };
     cfg.check().map_err(Failure::Error)?;
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| Failure::Error(format!("cannot create {}: {e}", args.out.display())))?;
+    let bench = StepBench {
+        name: "gpt",
+        src: program(&cfg),
+        ints: vec![
+            ("layers", cfg.layers),
+            ("width", cfg.width),
+            ("heads", cfg.heads),
+            ("context", cfg.context),
+            ("batch", cfg.batch),
+            ("vocab", cfg.vocab),
+        ],
+        floats: vec![("lr", 3e-4), ("weight_decay", 0.1)],
+        params: cfg.params(),
+    };
+    step_bench(&bench, &args.step, out)
+}
+
+fn llama(args: &LlamaArgs, out: &Output) -> Result<(), Failure> {
+    use sinter_cli::llama::{LlamaConfig, program};
+    let cfg = LlamaConfig {
+        layers: args.layers,
+        width: args.width,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+        mlp: args.mlp,
+        vocab: args.vocab,
+        context: args.context,
+        batch: args.batch,
+        rope_theta: args.rope_theta,
+        lr: args.lr,
+        weight_decay: args.weight_decay,
+        ..LlamaConfig::SMOLLM2_135M
+    };
+    cfg.check().map_err(Failure::Error)?;
+    let bench = StepBench {
+        name: "llama",
+        src: program(&cfg),
+        ints: vec![
+            ("layers", cfg.layers),
+            ("width", cfg.width),
+            ("heads", cfg.heads),
+            ("kv_heads", cfg.kv_heads),
+            ("mlp", cfg.mlp),
+            ("context", cfg.context),
+            ("batch", cfg.batch),
+            ("vocab", cfg.vocab),
+        ],
+        floats: vec![
+            ("rope_theta", cfg.rope_theta),
+            ("norm_eps", cfg.norm_eps),
+            ("lr", cfg.lr),
+            ("weight_decay", cfg.weight_decay),
+        ],
+        params: cfg.params(),
+    };
+    step_bench(&bench, &args.step, out)
+}
+
+/// A generated training step to compile and time.
+struct StepBench {
+    /// The bench's name: the JSON lines' `bench`, the program's file name and default folder.
+    name: &'static str,
+    src: String,
+    /// The model's shape (`batch`, `context` and `vocab` among them), for the table, the JSON
+    /// line and config.json.
+    ints: Vec<(&'static str, usize)>,
+    /// Its other settings, for config.json.
+    floats: Vec<(&'static str, f64)>,
+    params: usize,
+}
+
+impl StepBench {
+    fn int(&self, name: &str) -> usize {
+        self.ints
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// config.json, for the PyTorch scripts.
+    fn config(&self) -> String {
+        let ints = self.ints.iter().map(|(k, v)| format!("\"{k}\":{v}"));
+        let floats = self.floats.iter().map(|(k, v)| format!("\"{k}\":{v:?}"));
+        format!("{{{}}}\n", ints.chain(floats).collect::<Vec<_>>().join(","))
+    }
+}
+
+/// Compiles `b`'s program; unless `--compile-only`, trains it on one random batch: the first
+/// two losses, the wall time per step and the kernel profile. Writes what the PyTorch scripts
+/// read into the output folder.
+fn step_bench(b: &StepBench, args: &StepArgs, out: &Output) -> Result<(), Failure> {
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}-bench", b.name)));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::Error(format!("cannot create {}: {e}", dir.display())))?;
     let write = |name: &str, bytes: &[u8]| {
-        let path = args.out.join(name);
+        let path = dir.join(name);
         std::fs::write(&path, bytes)
             .map_err(|e| Failure::Error(format!("cannot write {}: {e}", path.display())))
     };
-    let src = program(&cfg);
-    write("gpt.sir", src.as_bytes())?;
-    let config = format!(
-        "{{\"layers\":{},\"width\":{},\"heads\":{},\"context\":{},\"batch\":{},\"vocab\":{},\"lr\":0.0003,\"weight_decay\":0.1}}\n",
-        cfg.layers, cfg.width, cfg.heads, cfg.context, cfg.batch, cfg.vocab
-    );
-    write("config.json", config.as_bytes())?;
+    let file = format!("{}.sir", b.name);
+    write(&file, b.src.as_bytes())?;
+    write("config.json", b.config().as_bytes())?;
 
     let t = Instant::now();
     let graph =
-        sinter_ir::text::parse(&src).map_err(|d| Failure::Error(d.render("gpt.sir", &src)))?;
+        sinter_ir::text::parse(&b.src).map_err(|d| Failure::Error(d.render(&file, &b.src)))?;
     let options = sinter_compiler::Options {
         target: bench_target(args.max_binding, args.tensor_cores),
         optimize: !args.no_opt,
@@ -898,15 +1041,12 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         (false, Attention::Flash, true) => "sinter-flash-tc",
         (false, Attention::Unfused, _) => "sinter-unfused",
     };
+    let shape: Vec<String> = b.ints.iter().map(|(k, v)| format!("{k} {v}")).collect();
     out.table(&format!(
-        "# gpt {}x{} ({} heads, context {}, batch {}, vocab {}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",
-        cfg.layers,
-        cfg.width,
-        cfg.heads,
-        cfg.context,
-        cfg.batch,
-        cfg.vocab,
-        cfg.params() as f64 / 1e6,
+        "# {} ({}; {:.1} M params): compiled in {compile_s:.2} s (optimize {optimize_s:.2} s), {} kernels, {} dispatches, arena {:.1} MiB",
+        b.name,
+        shape.join(", "),
+        b.params as f64 / 1e6,
         artifact.kernels.len(),
         artifact.dispatches.len(),
         artifact.memory.peak_bytes as f64 / (1 << 20) as f64
@@ -915,20 +1055,17 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
         out.table(&format!("{r}"));
     }
     let mut fields = vec![
-        ("bench", Json::Str("gpt".into())),
+        ("bench", Json::Str(b.name.into())),
         ("impl", Json::Str(impl_name.into())),
-        ("layers", Json::Int(cfg.layers as u64)),
-        ("width", Json::Int(cfg.width as u64)),
-        ("heads", Json::Int(cfg.heads as u64)),
-        ("context", Json::Int(cfg.context as u64)),
-        ("batch", Json::Int(cfg.batch as u64)),
-        ("vocab", Json::Int(cfg.vocab as u64)),
+    ];
+    fields.extend(b.ints.iter().map(|&(k, v)| (k, Json::Int(v as u64))));
+    fields.extend([
         ("compile_s", Json::Num(compile_s)),
         ("optimize_s", Json::Num(optimize_s)),
         ("kernels", Json::Int(artifact.kernels.len() as u64)),
         ("dispatches", Json::Int(artifact.dispatches.len() as u64)),
         ("arena_bytes", Json::Int(artifact.memory.peak_bytes)),
-    ];
+    ]);
     if args.compile_only {
         out.record(&fields);
         return Ok(());
@@ -936,33 +1073,36 @@ fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
 
     // the batch: random tokens, each target the next token
     let mut rng = Rng(7);
-    let n = cfg.batch * cfg.context;
-    let ids: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
-    let targets: Vec<i32> = (0..n).map(|_| rng.below(cfg.vocab) as i32).collect();
-    let shape = vec![cfg.batch, cfg.context];
+    let (shape, vocab) = (vec![b.int("batch"), b.int("context")], b.int("vocab"));
+    let n = shape[0] * shape[1];
+    let ids: Vec<i32> = (0..n).map(|_| rng.below(vocab) as i32).collect();
+    let targets: Vec<i32> = (0..n).map(|_| rng.below(vocab) as i32).collect();
     let ids = HostTensor::i32(shape.clone(), ids);
     let targets = HostTensor::i32(shape, targets);
-    sinter_runtime::io::write_npy(&args.out.join("ids.npy"), &ids)?;
-    sinter_runtime::io::write_npy(&args.out.join("targets.npy"), &targets)?;
+    sinter_runtime::io::write_npy(&dir.join("ids.npy"), &ids)?;
+    sinter_runtime::io::write_npy(&dir.join("targets.npy"), &targets)?;
 
     let t = Instant::now();
     let mut session = Session::load_with(artifact, &choice()?)?;
     let load_s = seconds(t);
-    let params: Vec<(String, HostTensor)> = session
-        .weights()?
-        .into_iter()
-        .filter(|(name, _)| {
-            graph
-                .lookup(name)
-                .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::Param(_)))
-        })
-        .collect();
-    sinter_runtime::io::write_safetensors(&args.out.join("init.safetensors"), &params)?;
+    let params = |session: &Session| -> Result<Vec<(String, HostTensor)>, Failure> {
+        Ok(session
+            .weights()?
+            .into_iter()
+            .filter(|(name, _)| {
+                graph
+                    .lookup(name)
+                    .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::Param(_)))
+            })
+            .collect())
+    };
+    sinter_runtime::io::write_safetensors(&dir.join("init.safetensors"), &params(&session)?)?;
     let feeds = [("ids", &ids), ("targets", &targets)];
     let loss = |o: &sinter_runtime::Outputs| -> f64 {
         f32_data(o, "loss").map_or(f64::NAN, |v| f64::from(v[0]))
     };
     let loss0 = loss(&session.run_reading(&feeds, &["loss"])?);
+    sinter_runtime::io::write_safetensors(&dir.join("step1.safetensors"), &params(&session)?)?;
     let loss1 = loss(&session.run_reading(&feeds, &["loss"])?);
     session.run_reading(&feeds, &["loss"])?;
     let t = Instant::now();
