@@ -900,7 +900,7 @@ mod tests {
             (npy_bytes("{'descr': '<i4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", &four), "the key 'descr' twice"),
             (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}", &four), "the key 'extra'"),
             (npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", &four), "Fortran order"),
-            (npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (8,), }", &four), "unsupported dtype '<f2' (float16)"),
+            (npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", &four), "unsupported dtype '<c8' (complex)"),
             (npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (16,), }", &four), "unsupported dtype '|u1' (uint8)"),
             (npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,), }", &four), "structured array"),
             (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", &four), "describes 20 bytes of data, but 16 bytes follow"),
