@@ -18,11 +18,13 @@ pub mod in_place;
 pub mod kernel;
 pub mod kgraph;
 pub mod layout;
+pub mod loss_scale;
 pub mod matmul;
 pub mod memory;
 pub mod optimize;
 mod pack;
 pub mod pipeline;
+pub mod precision;
 pub mod schedule;
 pub mod target;
 #[cfg(test)]
@@ -64,6 +66,12 @@ pub struct Options {
     /// Print the optimizer's search, apply and rebuild times per iteration to stderr
     /// (`SINTER_OPTIMIZE_TRACE`).
     pub trace_optimizer: bool,
+    /// The program as declared, or with its products in `f16` (`--precision mixed`:
+    /// [`precision`]); mixed also lets the flash kernels take their tensor-core forms where
+    /// the target has cooperative matrices.
+    pub precision: precision::Precision,
+    /// The gradient scaler's settings (`--precision mixed` on a training step).
+    pub loss_scale: loss_scale::LossScale,
 }
 
 impl Default for Options {
@@ -77,13 +85,17 @@ impl Default for Options {
             attention: optimize::AttentionPolicy::Auto,
             flash: flash::variant::Choices::default(),
             trace_optimizer: false,
+            precision: precision::Precision::F32,
+            loss_scale: loss_scale::LossScale::default(),
         }
     }
 }
 
 impl Options {
-    /// These options with the environment's settings applied: `SINTER_FLASH_TILE=a|b|c|d`
-    /// forces the flash tiling, `SINTER_OPTIMIZE_TRACE` (any value) traces the optimizer.
+    /// These options with the environment's settings applied (`SINTER_FLASH_TILE=a|b|c|d`
+    /// forces the flash tiling, `SINTER_OPTIMIZE_TRACE` (any value) traces the optimizer), and
+    /// what follows from them: `--precision mixed` on a target with cooperative matrices takes
+    /// the flash kernels' tensor-core forms.
     pub fn with_environment(&self) -> Result<Options, CompileError> {
         let mut options = self.clone();
         if let Ok(name) = std::env::var("SINTER_FLASH_TILE")
@@ -102,6 +114,11 @@ impl Options {
         }
         if std::env::var_os("SINTER_OPTIMIZE_TRACE").is_some() {
             options.trace_optimizer = true;
+        }
+        if options.precision == precision::Precision::Mixed
+            && options.target.features.cooperative_matrix
+        {
+            options.flash.tensor_cores = true;
         }
         Ok(options)
     }
@@ -179,6 +196,19 @@ fn run_passes(
     options.check()?;
     let ir_counts = |g: &Graph| format!("{} nodes, {} values", g.nodes.len(), g.values.len());
     log.start();
+    let autocast;
+    let graph = match options.precision {
+        precision::Precision::F32 => graph,
+        precision::Precision::Mixed => {
+            autocast = precision::autocast(graph)
+                .and_then(|g| loss_scale::add_loss_scaling(&g, &options.loss_scale))
+                .map_err(|e| CompileError::Internal(format!("autocast: {e}")))?;
+            log.done(Pass::Precision, ir_counts(&autocast), || {
+                sinter_ir::text::print(&autocast)
+            });
+            &autocast
+        }
+    };
     let graph = sinter_ir::expand::expand_composites(graph);
     log.done(Pass::Expand, ir_counts(&graph), || {
         sinter_ir::text::print(&graph)

@@ -23,7 +23,7 @@ use std::fmt::Write;
 use sinter_ir::artifact::Storage;
 
 use crate::error::CompileError;
-use crate::schedule::{BufferKind, Schedule};
+use crate::schedule::{Buffer, BufferKind, Schedule};
 
 /// Buffers start at multiples of this many bytes.
 pub const ALIGN: u64 = 16;
@@ -92,11 +92,7 @@ pub fn liveness(sched: &Schedule) -> Vec<(u32, u32)> {
 /// liveness.
 pub fn plan(sched: &Schedule, max_binding: u64) -> Result<MemoryPlan, CompileError> {
     let live = liveness(sched);
-    let sizes: Vec<u64> = sched
-        .buffers
-        .iter()
-        .map(|b| b.ty.size_bytes() as u64)
-        .collect();
+    let sizes: Vec<u64> = sched.buffers.iter().map(Buffer::size_bytes).collect();
     for (b, &size) in sched.buffers.iter().zip(&sizes) {
         if aligned(size) > max_binding {
             return Err(CompileError::TensorTooLarge {
@@ -523,7 +519,7 @@ pub fn describe(sched: &Schedule, mem: &MemoryPlan) -> String {
             "  arena {} @ {:>10}  {:>10} B  live {first}..={last}  {}",
             p.arena,
             p.offset,
-            b.ty.size_bytes(),
+            b.size_bytes(),
             b.label
         )
         .unwrap();

@@ -246,7 +246,7 @@ pub(crate) fn pack(
                 label: b.label.clone(),
                 arena: mem.placements[i].arena,
                 offset: mem.placements[i].offset,
-                size_bytes: b.ty.size_bytes() as u64,
+                size_bytes: b.size_bytes(),
                 live: mem.live[i],
             })
             .collect(),

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 /// A pass of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pass {
+    /// The program as autocast runs it, its gradients scaled (`--precision mixed`).
+    Precision,
     /// Composites (`attention`) become primitives.
     Expand,
     /// `grad` nodes become backward subgraphs.
@@ -52,7 +54,8 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 19] = [
+    pub const ALL: [Pass; 20] = [
+        Pass::Precision,
         Pass::Expand,
         Pass::Autodiff,
         Pass::Contracts,
@@ -76,6 +79,7 @@ impl Pass {
 
     pub fn name(self) -> &'static str {
         match self {
+            Pass::Precision => "precision",
             Pass::Expand => "expand",
             Pass::Autodiff => "autodiff",
             Pass::Contracts => "contracts",
@@ -101,6 +105,7 @@ impl Pass {
     /// What the pass does, in a line (`sinter compile --dump-after list`).
     pub fn about(self) -> &'static str {
         match self {
+            Pass::Precision => "products in f16 as autocast runs them, gradients scaled (mixed)",
             Pass::Expand => "composites (attention) become primitives",
             Pass::Autodiff => "grad nodes become backward subgraphs of ordinary ops",
             Pass::Contracts => "index and step bounds: proven, or checked by the runtime",

@@ -45,6 +45,14 @@ pub struct Buffer {
     pub label: String,
 }
 
+impl Buffer {
+    /// The bytes it takes in its arena: its elements at its storage's width (an `f16` value in
+    /// word storage takes 4 bytes an element).
+    pub fn size_bytes(&self) -> u64 {
+        (self.ty.numel() as u64).saturating_mul(self.storage.bytes())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Step {
     pub plan: KernelPlan,

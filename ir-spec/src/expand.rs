@@ -24,6 +24,7 @@ use crate::attr::Attrs;
 use crate::attr::key;
 use crate::graph::{Graph, GraphError, Node, ValueDef, ValueId};
 use crate::op::Op;
+use crate::types::DType;
 
 /// A graph under reconstruction from `old`, for [`rebuild`]'s lowering callback.
 ///
@@ -83,6 +84,16 @@ impl Rebuild<'_> {
     pub fn constant(&mut self, value: f64) -> Result<ValueId, GraphError> {
         self.add(Op::Constant, &[], Attrs::new().and(key::VALUE, value))
     }
+
+    /// Declares a state that `old` does not have (a pass's own persistent value).
+    pub fn add_state(
+        &mut self,
+        name: &str,
+        ty: crate::types::TensorType,
+        init: crate::graph::Init,
+    ) -> Result<ValueId, GraphError> {
+        self.new.add_state(name, ty, init)
+    }
 }
 
 /// Copies `g` into a new graph, declaration by declaration and node by node, in arena order.
@@ -101,8 +112,25 @@ where
 
 /// [`rebuild`], also returning where each value of `g` went: the new graph's value for each old
 /// one (by old index), which passes use to carry facts about values across a rebuild.
-pub fn rebuild_mapped<F>(
+pub fn rebuild_mapped<F>(g: &Graph, lower: F) -> Result<(Graph, Vec<Option<ValueId>>), GraphError>
+where
+    F: FnMut(&mut Rebuild, &Node, &[ValueId]) -> Result<Option<Vec<ValueId>>, GraphError>,
+{
+    rebuild_typed(g, true, lower)
+}
+
+/// [`rebuild`] for a pass that changes values' dtypes (the precision pass): a lowered node's
+/// results may differ in dtype from the old ones (their shapes may not).
+pub fn rebuild_retyping<F>(g: &Graph, lower: F) -> Result<Graph, GraphError>
+where
+    F: FnMut(&mut Rebuild, &Node, &[ValueId]) -> Result<Option<Vec<ValueId>>, GraphError>,
+{
+    rebuild_typed(g, false, lower).map(|(graph, _)| graph)
+}
+
+fn rebuild_typed<F>(
     g: &Graph,
+    same_types: bool,
     mut lower: F,
 ) -> Result<(Graph, Vec<Option<ValueId>>), GraphError>
 where
@@ -144,7 +172,14 @@ where
                     node.op.name()
                 );
                 for (&old, &new) in node.outputs.iter().zip(&results) {
-                    debug_assert_eq!(g.ty(old), rb.new.ty(new), "lowering changed a type");
+                    debug_assert!(
+                        if same_types {
+                            g.ty(old) == rb.new.ty(new)
+                        } else {
+                            g.ty(old).shape == rb.new.ty(new).shape
+                        },
+                        "lowering changed a type"
+                    );
                     if new.index() >= first_new {
                         rb.new.rename(new, g.name_of(old).to_string())?;
                     }
@@ -182,6 +217,15 @@ where
 /// replaced node's result keeps its name.
 pub fn expand_composites(g: &Graph) -> Graph {
     rebuild(g, |rb, node, inputs| match node.op {
+        Op::Attention if rb.old.ty(node.outputs[0]).dtype == DType::F16 => {
+            // on f16 values: computed in f32, the result rounded once (IR.md)
+            let wide = inputs
+                .iter()
+                .map(|&v| cast_to(rb, v, DType::F32))
+                .collect::<Result<Vec<_>, _>>()?;
+            let o = expand_attention(rb, node, &wide)?;
+            cast_to(rb, o, DType::F16).map(|v| Some(vec![v]))
+        }
         Op::Attention => expand_attention(rb, node, inputs).map(|v| Some(vec![v])),
         Op::Matmul => promote_matmul(rb, inputs),
         _ => Ok(None),
@@ -224,6 +268,15 @@ fn promote_matmul(
 }
 
 /// `attention` as primitives.
+/// `v` cast to the float dtype `to`, or `v` where it is not a float of another dtype.
+fn cast_to(rb: &mut Rebuild, v: ValueId, to: DType) -> Result<ValueId, GraphError> {
+    let dtype = rb.graph().ty(v).dtype;
+    if !dtype.is_float() || dtype == to {
+        return Ok(v);
+    }
+    rb.add(Op::Cast, &[v], Attrs::new().and(key::DTYPE, to))
+}
+
 fn expand_attention(
     rb: &mut Rebuild,
     node: &Node,

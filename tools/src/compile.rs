@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use sinter_cli::flags::{Attention, FlashBackward, FlashTile, TargetArgs};
+use sinter_cli::flags::{Attention, FlashBackward, FlashTile, Precision, TargetArgs};
 
 use clap::builder::PossibleValuesParser;
 use sinter_compiler::{Options, Pass};
@@ -43,6 +43,11 @@ pub struct Args {
     /// per-group partial sums) or as separate dQ and dK/dV kernels (`split`).
     #[arg(long, value_enum, default_value_t = FlashBackward::Whole)]
     flash_backward: FlashBackward,
+    /// `mixed`: the program's products in f16 (matmul, conv2d, attention operands and the
+    /// values between them), reductions, softmax, norms and losses in f32, params kept in f32
+    /// and gradients scaled, as PyTorch's autocast with a GradScaler; `f32`: as declared.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
     /// The flash-attention kernels' tiling (for experiments; `b` is the fastest measured).
     #[arg(long, value_enum, default_value_t = FlashTile::B)]
     flash_tile: FlashTile,
@@ -89,6 +94,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             tensor_cores: args.target.tensor_cores,
             merge_backward: args.flash_backward.merge(),
         },
+        precision: args.precision.into(),
         ..Options::default()
     };
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);

@@ -125,3 +125,23 @@ impl TargetArgs {
         Ok(target)
     }
 }
+
+/// `--precision`: the program as declared (`f32`), or its products in f16 as PyTorch's
+/// autocast runs them, with its gradients scaled (`mixed`; see
+/// [`sinter_compiler::precision`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    #[default]
+    F32,
+    Mixed,
+}
+
+impl From<Precision> for sinter_compiler::precision::Precision {
+    fn from(p: Precision) -> Self {
+        use sinter_compiler::precision::Precision as P;
+        match p {
+            Precision::F32 => P::F32,
+            Precision::Mixed => P::Mixed,
+        }
+    }
+}

@@ -28,6 +28,7 @@ use crate::feeds::{self, Feed};
 use crate::{artifact, console, program, units};
 use data::{DataSet, Order};
 use eval::{AccuracySpec, Evaluator};
+use sinter_cli::flags::Precision;
 
 #[derive(clap::Args)]
 #[command(after_long_help = TRAIN_HELP)]
@@ -64,6 +65,12 @@ pub struct Args {
     /// values.
     #[arg(short, long, value_name = "FILE.safetensors")]
     weights: Option<PathBuf>,
+    /// `mixed`: compile a .sir program's products in f16 with its gradients scaled, as
+    /// PyTorch's autocast with a GradScaler (`sinter compile --precision`); the loss scale and
+    /// the steps skipped for non-finite gradients are reported. An artifact keeps the
+    /// precision it was compiled with.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
     /// After training, write every param and state (optimizer moments included) here.
     #[arg(long, value_name = "FILE.safetensors")]
     save_weights: Option<PathBuf>,
@@ -123,7 +130,7 @@ Example:
 pub fn run(args: &Args) -> Result<(), CliError> {
     // Everything that can be checked is checked before step 1: every data file and every
     // value in it, the eval program and its data, and every path written to.
-    let artifact = load(&args.file)?;
+    let artifact = load(&args.file, args.precision)?;
     let inputs = slots(&artifact, Role::Input);
     let bounds = index_bounds(&artifact);
     let fixed = args
@@ -180,7 +187,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let graph = artifact.graph.clone();
     let mut evaluator = match (&args.eval, &args.eval_data) {
         (Some(file), Some(dir)) => Some(Evaluator::new(
-            load(file)?,
+            load(file, args.precision)?,
             dir,
             &fixed,
             &args.loss,
@@ -265,6 +272,9 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         summary.push_str(&format!("; loss {loss:.4} at step {step}"));
     }
     console::println(&summary)?;
+    if let Some(scaler) = describe_scaler(&session)? {
+        console::println(&scaler)?;
+    }
     if let Some(log) = log {
         log.finish()?;
     }
@@ -295,6 +305,26 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The gradient scaler's state after training (`--precision mixed`), or `None` for a program
+/// without one.
+fn describe_scaler(session: &Session) -> Result<Option<String>, CliError> {
+    use sinter_compiler::loss_scale::{SCALE, SKIPPED};
+    let has = |name: &str| {
+        session
+            .artifact()
+            .slots(Role::State)
+            .any(|s| s.name == name)
+    };
+    if !has(SCALE) || !has(SKIPPED) {
+        return Ok(None);
+    }
+    let scale = scalar(&session.read_persistent(SCALE)?);
+    let skipped = scalar(&session.read_persistent(SKIPPED)?);
+    Ok(Some(format!(
+        "loss scale {scale}; {skipped} steps skipped for non-finite gradients"
+    )))
+}
+
 /// Draws `curve` to `--plot`, if given (`format` is its checked format), and says where.
 fn draw_plot(
     args: &Args,
@@ -309,11 +339,14 @@ fn draw_plot(
     Ok(())
 }
 
-/// A `.sir` program compiled, or a `.sart` artifact read.
-fn load(path: &Path) -> Result<Artifact, CliError> {
+/// A `.sir` program compiled at `precision`, or a `.sart` artifact read.
+fn load(path: &Path, precision: Precision) -> Result<Artifact, CliError> {
     if path.extension().is_some_and(|e| e == "sir") {
         let graph = program::load(path)?;
-        let options = sinter_compiler::Options::default();
+        let options = sinter_compiler::Options {
+            precision: precision.into(),
+            ..sinter_compiler::Options::default()
+        };
         Ok(sinter_compiler::compile(&graph, &options)?.artifact)
     } else {
         artifact::read(path)

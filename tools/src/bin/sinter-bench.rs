@@ -155,6 +155,10 @@ struct StepArgs {
     /// --tensor-cores`).
     #[arg(long)]
     tensor_cores: bool,
+    /// `mixed`: products in f16 with the gradient scaler, as `sinter compile --precision`
+    /// (PyTorch's autocast with a GradScaler).
+    #[arg(long, value_enum, default_value_t = sinter_cli::flags::Precision::F32)]
+    precision: sinter_cli::flags::Precision,
     /// Only generate and compile (no GPU): compile time and kernel counts.
     #[arg(long)]
     compile_only: bool,
@@ -1023,6 +1027,7 @@ fn step_bench(b: &StepBench, args: &StepArgs, out: &Output) -> Result<(), Failur
             merge_backward: args.flash_backward.merge(),
             ..Default::default()
         },
+        precision: args.precision.into(),
         ..Default::default()
     };
     let compiled = sinter_compiler::compile(&graph, &options)?;
@@ -1040,6 +1045,10 @@ fn step_bench(b: &StepBench, args: &StepArgs, out: &Output) -> Result<(), Failur
         (false, Attention::Flash, false) => "sinter-flash",
         (false, Attention::Flash, true) => "sinter-flash-tc",
         (false, Attention::Unfused, _) => "sinter-unfused",
+    };
+    let impl_name = match args.precision {
+        sinter_cli::flags::Precision::F32 => impl_name.to_string(),
+        sinter_cli::flags::Precision::Mixed => format!("{impl_name}-mixed"),
     };
     let shape: Vec<String> = b.ints.iter().map(|(k, v)| format!("{k} {v}")).collect();
     out.table(&format!(

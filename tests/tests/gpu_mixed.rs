@@ -1,0 +1,134 @@
+//! Mixed precision on the GPU (`--precision mixed`): a training step as the precision pass and
+//! the gradient scaler write it, against the interpreter; and a step whose gradients overflow,
+//! which must leave every param and optimizer state bit for bit as it was.
+//!
+//! Each runs for the default target (f16 storage; Mesa's software Vulkan has `SHADER_F16`) and
+//! for one without f16 storage (the browsers' fallback form: f16 numbers in f32 words).
+
+use sinter_compiler::loss_scale::{GOOD_STEPS, LossScale, SCALE, SKIPPED, add_loss_scaling};
+use sinter_compiler::precision::{Precision, autocast};
+use sinter_compiler::{Options, Target};
+use sinter_ir::Graph;
+use sinter_runtime::Session;
+use sinter_runtime::io::{HostTensor, TensorData};
+use sinter_tests::{check_graph_gpu, random_inputs, run_session};
+
+/// A two-layer classifier's AdamW step with gradient clipping.
+const STEP: &str = "graph t {
+  input x: f32[16, 24]
+  input labels: i32[16]
+  param w1: f32[24, 32] = normal(std=0.2, seed=1)
+  param b1: f32[32] = normal(std=0.1, seed=2)
+  param w2: f32[32, 5] = normal(std=0.2, seed=3)
+  h = gelu(add(matmul(x, w1), b1))
+  logits = matmul(h, w2)
+  loss = cross_entropy(logits, labels)
+  train loss with adamw(lr=0.01, clip_norm=1.0)
+  output loss
+}
+";
+
+fn parse(src: &str) -> Graph {
+    sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)))
+}
+
+/// The default target and one without f16 storage.
+fn targets() -> [Target; 2] {
+    let mut words = Target::portable();
+    words.features.f16 = false;
+    [Target::portable(), words]
+}
+
+#[test]
+fn a_mixed_step_matches_the_interpreter() {
+    let g = autocast(&parse(STEP)).expect("autocasts");
+    let mut g = add_loss_scaling(&g, &LossScale::default()).expect("scales");
+    // every update as an output too, so the comparison covers the optimizer
+    for i in 0..g.assigns.len() {
+        let source = g.assigns[i].source;
+        g.add_output(source);
+    }
+    for target in targets() {
+        let options = Options {
+            target,
+            ..Options::default()
+        };
+        let errors = check_graph_gpu(&g, 2e-3, &[], 5, &options);
+        assert!(errors.len() > 10, "{errors:?}");
+    }
+}
+
+/// Every element's bits (f16 widened to f32 first).
+fn bits(t: &HostTensor) -> Vec<u32> {
+    match &t.data {
+        TensorData::F32(v) => v.iter().map(|x| x.to_bits()).collect(),
+        TensorData::F16(v) => v.iter().map(|x| x.to_f32().to_bits()).collect(),
+        TensorData::I32(v) => v.iter().map(|&x| x as u32).collect(),
+    }
+}
+
+fn scalar(weights: &[(String, HostTensor)], name: &str) -> f32 {
+    let (_, t) = weights
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no `{name}`"));
+    match &t.data {
+        TensorData::F32(v) => v[0],
+        other => panic!("`{name}` is {other:?}"),
+    }
+}
+
+#[test]
+fn an_overflowing_step_is_skipped_bit_for_bit() {
+    let g = parse(STEP);
+    let inputs = random_inputs(&g, 3, 5, &[]);
+    for target in targets() {
+        // the first scale overflows the f16 gradients
+        let options = Options {
+            target,
+            precision: Precision::Mixed,
+            loss_scale: LossScale {
+                init: 1e38,
+                growth_interval: 2000,
+            },
+            ..Options::default()
+        };
+        let compiled = sinter_compiler::compile(&g, &options).expect("compiles");
+        let mut session = Session::load(compiled.artifact).expect("loads");
+        let before = session.weights().expect("reads");
+        run_session(&mut session, &inputs);
+        let after = session.weights().expect("reads");
+        assert_eq!(scalar(&after, SCALE), 5e37);
+        assert_eq!(scalar(&after, SKIPPED), 1.0);
+        assert_eq!(scalar(&after, GOOD_STEPS), 0.0);
+        let mut checked = 0;
+        for ((name, b), (_, a)) in before.iter().zip(&after) {
+            if name.starts_with("amp.") {
+                continue;
+            }
+            assert_eq!(bits(a), bits(b), "`{name}` changed on a skipped step");
+            checked += 1;
+        }
+        // w1, b1, w2, their moments, the step counter
+        assert!(checked >= 10, "{checked}");
+
+        // at a finite scale the next step trains
+        let scale = HostTensor::f32(vec![], vec![1024.0]);
+        session
+            .load_weights(&[(SCALE.to_string(), scale)])
+            .expect("loads the scale");
+        run_session(&mut session, &inputs);
+        let trained = session.weights().expect("reads");
+        assert_eq!(scalar(&trained, SCALE), 1024.0);
+        assert_eq!(scalar(&trained, SKIPPED), 1.0);
+        assert_eq!(scalar(&trained, GOOD_STEPS), 1.0);
+        assert_eq!(scalar(&trained, "train.step"), 1.0);
+        let w1 =
+            |w: &[(String, HostTensor)]| bits(&w.iter().find(|(n, _)| n == "w1").expect("w1").1);
+        assert_ne!(
+            w1(&trained),
+            w1(&before),
+            "w1 did not move on a finite step"
+        );
+    }
+}
