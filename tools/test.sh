@@ -197,9 +197,10 @@ step() {
 }
 
 # The wasm tests' fixtures: artifacts of the bundled examples and the interpreter's outputs for
-# them, written by the sinter binary (built as the workspace tests built it).
+# them, written by the sinter binary that the workspace tests built and ran (`cargo build -p
+# sinter-cli` would build its dependencies again, with the features of that package alone).
 browser_fixtures() {
-  cargo build -q --profile test -p sinter-cli --bin sinter
+  [[ -x target/debug/sinter ]] || cargo build -q --profile test -p sinter-cli --bin sinter
   SINTER=target/debug/sinter runtime/web/tests/fixtures.sh "$fixtures"
 }
 # The wasm tests in headless Chromium (WebGPU on SwiftShader, on the CPU) through chromedriver.
