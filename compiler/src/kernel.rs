@@ -167,7 +167,7 @@ pub struct SplitSum {
 }
 
 /// The largest `|dO|` of each chunk of each batch entry's `[sq, dv]` slice
-/// ([`crate::codegen::flash::coop::scale_chunks`] chunks an entry), from which the flash
+/// ([`crate::flash::variant::scale_chunks`] chunks an entry), from which the flash
 /// backward on tensor cores ([`crate::codegen::flash::coop`]) takes the power of two it stages
 /// `dO` at, so that gradients of a mean loss do not underflow `f16`.
 #[derive(Clone, Debug, PartialEq)]

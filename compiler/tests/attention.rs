@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Rng, close, inputs, program};
+use common::{Rng, assert_results, inputs, program};
 use sinter_compiler::flash::FlashKind;
 use sinter_compiler::kgraph::{KernelGraph, KernelOp, evaluate};
 use sinter_compiler::optimize::{AttentionPolicy, Config, optimize};
@@ -115,13 +115,7 @@ fn check(case: &Case) {
         );
     }
     let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
-    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-        assert!(
-            close(a, w),
-            "{}: output {n}\n got {a}\n want {w}",
-            case.name
-        );
-    }
+    assert_results("output", &got.outputs, &want.outputs, case.name);
     if case.merged != case.want {
         // and by default the dQ and dK/dV kernels become one kernel of the whole backward
         let (kg, report) = optimize(&g, &config(AttentionPolicy::Flash, Choices::default()));
@@ -139,17 +133,15 @@ fn check(case: &Case) {
             case.name
         );
         let got = evaluate(&kg, &feed, &persistent).expect("the merged graph evaluates");
-        for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-            assert!(close(a, w), "{}: merged output {n}", case.name);
-        }
+        let context = format!("{}: merged", case.name);
+        assert_results("output", &got.outputs, &want.outputs, &context);
     }
     // the unfused policy keeps values too, with no flash kernel
     let (kg, _) = optimize(&g, &config(AttentionPolicy::Unfused, Choices::default()));
     assert!(flash_kinds(&kg).is_empty(), "{}: unfused", case.name);
     let got = evaluate(&kg, &feed, &persistent).expect("the unfused graph evaluates");
-    for ((n, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
-        assert!(close(a, w), "{}: unfused output {n}", case.name);
-    }
+    let context = format!("{}: unfused", case.name);
+    assert_results("output", &got.outputs, &want.outputs, &context);
 }
 
 const ALL: &[FlashKind] = &[

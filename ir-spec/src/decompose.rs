@@ -84,7 +84,7 @@ pub fn decompose_mapped(g: &Graph) -> (Graph, Vec<Option<ValueId>>) {
     .expect("the decomposition of a verified graph type-checks")
 }
 
-/// Emits primitives into a graph under [`rebuild`].
+/// Emits primitives into a graph under [`rebuild_mapped`].
 struct Builder<'r, 'a> {
     rb: &'r mut Rebuild<'a>,
     shared: &'r mut Shared,

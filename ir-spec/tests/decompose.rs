@@ -79,6 +79,13 @@ fn check(src: &str, classes: usize) {
         }
         let want = evaluate(&g, &feed, &persistent).unwrap();
         let got = evaluate(&d, &feed, &persistent).unwrap();
+        let names = |v: &[(String, Tensor)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&got.outputs), names(&want.outputs), "outputs\n{src}");
+        assert_eq!(
+            names(&got.assigned),
+            names(&want.assigned),
+            "assigns\n{src}"
+        );
         for ((name, w), (_, a)) in want.outputs.iter().zip(&got.outputs) {
             assert_close(
                 a,

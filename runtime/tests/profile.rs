@@ -2,9 +2,9 @@
 //! hand: every dispatch timed, in both timestamp modes, across several query sets, and the errors
 //! of a session that cannot profile.
 //!
-//! Without an adapter these tests fail with the no-adapter message, unless
-//! `SINTER_SKIP_GPU_TESTS=1`. An adapter without `TIMESTAMP_QUERY` makes them check the error
-//! and stop.
+//! Without an adapter these tests fail with the no-adapter message, and on an adapter without
+//! `TIMESTAMP_QUERY` with the error that names it: every adapter sinter is tested on has
+//! timestamps, where a skip could only hide a runtime that stopped asking for them.
 
 use sinter_artifact::TensorType;
 use sinter_artifact::artifact::{
@@ -99,41 +99,24 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
     }
 }
 
-fn skipping() -> bool {
-    std::env::var("SINTER_SKIP_GPU_TESTS").is_ok_and(|v| v == "1")
-}
-
-/// Loads `a` with or without profiling; `None` when GPU tests are skipped and there is no adapter.
-fn load(a: Artifact, profiling: bool) -> Option<Session> {
+/// Loads `a` with or without profiling.
+fn load(a: Artifact, profiling: bool) -> Session {
     let choice = AdapterChoice {
         profiling,
         ..AdapterChoice::from_env().unwrap()
     };
-    match Session::load_with(a, &choice) {
-        Err(e @ RuntimeError::NoAdapter { .. }) if skipping() => {
-            eprintln!("GPU test skipped (SINTER_SKIP_GPU_TESTS=1): {e}");
-            None
-        }
-        r => Some(r.unwrap_or_else(|e| panic!("{e}"))),
-    }
+    Session::load_with(a, &choice).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// `Some(profile)`, or `None` (after checking the message) on an adapter without timestamps.
+/// Profiles `s` on `x`.
 fn profile(
     s: &mut Session,
     x: &HostTensor,
     options: &ProfileOptions,
     each_run: impl FnMut(u32, &sinter_runtime::Outputs),
-) -> Option<Profile> {
-    match s.profile_each(&[("x", x)], options, each_run) {
-        Err(e @ RuntimeError::Profiling { .. })
-            if e.to_string().contains("lacks the TIMESTAMP_QUERY feature") =>
-        {
-            eprintln!("profiling test stopped: {e}");
-            None
-        }
-        r => Some(r.unwrap_or_else(|e| panic!("{e}"))),
-    }
+) -> Profile {
+    s.profile_each(&[("x", x)], options, each_run)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn input() -> HostTensor {
@@ -150,9 +133,7 @@ fn y(outputs: &sinter_runtime::Outputs) -> &[f32] {
 #[test]
 fn times_every_dispatch_in_both_modes() {
     // y = ((x + 1) * 2) + 1.
-    let Some(mut s) = load(chain(&[(0, 4), (1, 4), (0, 4)]), true) else {
-        return;
-    };
+    let mut s = load(chain(&[(0, 4), (1, 4), (0, 4)]), true);
     let x = input();
     let want: Vec<f32> = (0..N).map(|i| (i as f32 + 1.0) * 2.0 + 1.0).collect();
     for mode in [None, Some(TimestampMode::PassBoundaries)] {
@@ -161,12 +142,10 @@ fn times_every_dispatch_in_both_modes() {
             ..ProfileOptions::new(5)
         };
         let mut seen = Vec::new();
-        let Some(p) = profile(&mut s, &x, &options, |run, out| {
+        let p = profile(&mut s, &x, &options, |run, out| {
             assert_eq!(y(out), want, "run {run}");
             seen.push(run);
-        }) else {
-            return;
-        };
+        });
         assert_eq!(
             seen,
             vec![0, 1, 2, 3, 4],
@@ -217,13 +196,9 @@ fn times_every_dispatch_in_both_modes() {
 fn spans_several_query_sets() {
     // 2500 dispatches need 5000 timestamps; a query set holds at most 4096.
     let d = 2500u32;
-    let Some(mut s) = load(chain(&vec![(0, 4); d as usize]), true) else {
-        return;
-    };
+    let mut s = load(chain(&vec![(0, 4); d as usize]), true);
     let x = input();
-    let Some(p) = profile(&mut s, &x, &ProfileOptions::new(2), |_, _| {}) else {
-        return;
-    };
+    let p = profile(&mut s, &x, &ProfileOptions::new(2), |_, _| {});
     let want: Vec<f32> = (0..N).map(|i| (i + d) as f32).collect();
     assert_eq!(y(&p.outputs), want);
     assert_eq!(p.dispatches.len(), d as usize);
@@ -238,9 +213,7 @@ fn spans_several_query_sets() {
 
 #[test]
 fn refuses_without_timestamps_asked_for_at_load() {
-    let Some(mut s) = load(chain(&[(0, 4)]), false) else {
-        return;
-    };
+    let mut s = load(chain(&[(0, 4)]), false);
     let err = s.profile(&[("x", &input())], 3).unwrap_err().to_string();
     assert!(err.starts_with("cannot profile on adapter"), "{err}");
     assert!(err.contains("profiling: true"), "{err}");
@@ -251,9 +224,7 @@ fn refuses_without_timestamps_asked_for_at_load() {
 
 #[test]
 fn refuses_zero_repeats_and_bad_inputs() {
-    let Some(mut s) = load(chain(&[(0, 4)]), true) else {
-        return;
-    };
+    let mut s = load(chain(&[(0, 4)]), true);
     let err = s.profile(&[("x", &input())], 0).unwrap_err().to_string();
     assert!(err.contains("at least one repeat"), "{err}");
     let err = s.profile(&[], 3).unwrap_err();

@@ -1,7 +1,8 @@
 //! The flash attention kernels on the GPU against their semantics in the interpreter
 //! (`sinter_compiler::flash::eval`), each built directly as a kernel graph: the forward, the
 //! dQ kernel and the dK/dV kernel, with causal, windowed and additive masks, ragged lengths,
-//! head dimensions up to 256 and broadcast batch axes.
+//! head dimensions up to 256 and broadcast batch axes. The tests that run the tensor-core forms
+//! are ignored unless asked for (see [`tensor_core_kernels_compile_everywhere`]).
 
 use std::collections::HashMap;
 
@@ -391,20 +392,70 @@ fn backward_whole() {
     }
 }
 
-/// The forward, dQ and dK/dV kernels on tensor cores (`Options::tensor_cores`: f16 operands,
-/// f32 accumulation) against the semantics, within what f16 operands allow, on an adapter with
-/// cooperative matrices: every mask, ragged lengths, grouped heads, the uniform-mask fast path,
-/// the forward at head dims past 64 (key and value blocks in turn, the output's accumulators
-/// through `ss` in passes), and head dims the backward's forms do not take (the plain
-/// kernels). Every kernel compiles and validates on any adapter; where the adapter has no
-/// cooperative matrices (Mesa's software Vulkan, so CI), loading refuses them by the feature's
-/// name.
+/// The kernels of every tensor-core test below compile and naga validates them, on any
+/// machine; where the adapter lacks cooperative matrices (Mesa's software Vulkan, so CI),
+/// loading refuses them by the feature's name.
+///
+/// The tests that run kernels on tensor cores need cooperative matrices: they are `#[ignore]`d,
+/// so `cargo test` reports them as ignored, and `--include-ignored` runs them (each fails where
+/// the adapter lacks cooperative matrices). With `SINTER_REQUIRE_TENSOR_CORES=1` (the H200 run
+/// sets it) this test fails unless the adapter has cooperative matrices and the ignored tests
+/// run too.
 #[test]
-fn tensor_cores() {
-    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+fn tensor_core_kernels_compile_everywhere() {
     let options = tensor_core_options();
+    compile_every(&tensor_core_cases(), &TENSOR_CORE_KINDS, &options);
+    compile_every(&random_tensor_core_cases(), &TENSOR_CORE_KINDS, &options);
+    compile_every(&rescale_cases(), &[FlashKind::Forward], &options);
+    compile_every(&gradient_scale_cases(), &TENSOR_CORE_BACKWARD, &options);
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let refused = tensor_cores_refused(&choice);
+    if std::env::var("SINTER_REQUIRE_TENSOR_CORES").is_ok_and(|v| v == "1") {
+        if let Some(e) = refused {
+            panic!(
+                "SINTER_REQUIRE_TENSOR_CORES=1, but the adapter lacks cooperative matrices: {e}"
+            );
+        }
+        assert!(
+            std::env::args().any(|a| a == "--ignored" || a == "--include-ignored"),
+            "SINTER_REQUIRE_TENSOR_CORES=1: pass --include-ignored, so that the tensor-core tests run"
+        );
+    }
+}
+
+/// The forward, dQ and dK/dV kernels on tensor cores (`Options::tensor_cores`: f16 operands,
+/// f32 accumulation) against the semantics, within what f16 operands allow (see
+/// [`tensor_core_cases`]).
+#[test]
+#[ignore = "needs cooperative matrices: --include-ignored runs it (SINTER_REQUIRE_TENSOR_CORES=1 makes skipping it fail)"]
+fn tensor_cores() {
+    let choice = adapter_with_tensor_cores();
+    let options = tensor_core_options();
+    for case in &tensor_core_cases() {
+        for kind in TENSOR_CORE_KINDS {
+            eprintln!(
+                "tensor cores: {kind:?} {:?} {}x{} d={} dv={}",
+                case.mask, case.sq, case.sk, case.d, case.dv
+            );
+            check_special(case, kind, &options, &choice, &[]);
+        }
+    }
+}
+
+/// The tensor-core kernels' kinds (no whole backward).
+const TENSOR_CORE_KINDS: [FlashKind; 3] = [
+    FlashKind::Forward,
+    FlashKind::BackwardDq,
+    FlashKind::BackwardDkDv,
+];
+
+/// The cases of [`tensor_cores`]: every mask, ragged lengths, grouped heads, the uniform-mask
+/// fast path, the forward at head dims past 64 (key and value blocks in turn, the output's
+/// accumulators through `ss` in passes), and head dims the backward's forms do not take (the
+/// plain kernels).
+fn tensor_core_cases() -> Vec<Case> {
     let c = Case::new;
-    let cases = [
+    vec![
         c(vec![1, 2], 17, 17, 16, 32, Mask::None, false),
         c(vec![2, 1], 100, 100, 64, 64, Mask::Causal, false),
         c(vec![1, 2], 129, 129, 32, 32, Mask::Window(20), false),
@@ -426,33 +477,14 @@ fn tensor_cores() {
         c(vec![2, 1], 50, 130, 16, 128, Mask::Causal, false),
         c(vec![1, 3], 40, 40, 32, 32, Mask::Causal, true),
         c(vec![1, 1], 1, 1, 32, 64, Mask::Causal, false),
-    ];
-    let kinds = [
-        FlashKind::Forward,
-        FlashKind::BackwardDq,
-        FlashKind::BackwardDkDv,
-    ];
-    // every kernel compiles, and naga validates it, on any adapter
-    compile_every(&cases, &kinds, &options);
-    if !tensor_cores_here(&choice) {
-        return;
-    }
-    for case in &cases {
-        for kind in kinds {
-            eprintln!(
-                "tensor cores: {kind:?} {:?} {}x{} d={} dv={}",
-                case.mask, case.sq, case.sk, case.d, case.dv
-            );
-            check_special(case, kind, &options, &choice, &[]);
-        }
-    }
+    ]
 }
 
 /// Shapes drawn at random (seeded, so a failure names a case that comes back): ragged and
 /// unequal lengths, every mask, grouped heads, head dims on and off the tensor-core forms'
 /// sizes. The `f32` kernels (every kind) run everywhere on short lengths (Mesa's software
-/// Vulkan takes minutes on long ones); the tensor-core forms compile and validate everywhere
-/// and run where the adapter has cooperative matrices, on more and longer cases.
+/// Vulkan takes minutes on long ones); the tensor-core forms in
+/// [`random_shapes_on_tensor_cores`].
 #[test]
 fn random_shapes() {
     let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -466,21 +498,24 @@ fn random_shapes() {
             check_on(case, kind, &sinter_compiler::Options::default(), &choice);
         }
     }
+}
+
+/// [`random_shapes`] on tensor cores, on more and longer cases.
+#[test]
+#[ignore = "needs cooperative matrices: --include-ignored runs it (SINTER_REQUIRE_TENSOR_CORES=1 makes skipping it fail)"]
+fn random_shapes_on_tensor_cores() {
+    let choice = adapter_with_tensor_cores();
     let options = tensor_core_options();
-    let kinds = [
-        FlashKind::Forward,
-        FlashKind::BackwardDq,
-        FlashKind::BackwardDkDv,
-    ];
-    let cases = random_cases(0x7C0F_F1A5, 24, 300);
-    compile_every(&cases, &kinds, &options);
-    if tensor_cores_here(&choice) {
-        for case in &cases {
-            for kind in kinds {
-                check_special(case, kind, &options, &choice, &[]);
-            }
+    for case in &random_tensor_core_cases() {
+        for kind in TENSOR_CORE_KINDS {
+            check_special(case, kind, &options, &choice, &[]);
         }
     }
+}
+
+/// The cases of [`random_shapes_on_tensor_cores`].
+fn random_tensor_core_cases() -> Vec<Case> {
+    random_cases(0x7C0F_F1A5, 24, 300)
 }
 
 /// `n` cases drawn from `seed`: lengths 1 to `longest` (the keys' as long as the queries' half
@@ -520,19 +555,10 @@ fn random_cases(seed: u64, n: usize, longest: usize) -> Vec<Case> {
 /// never need it; the results must still meet the semantics. (The bias enters the scores in
 /// `f32`, so the products' `f16` operands stay near 1.)
 #[test]
+#[ignore = "needs cooperative matrices: --include-ignored runs it (SINTER_REQUIRE_TENSOR_CORES=1 makes skipping it fail)"]
 fn tensor_cores_rescale_the_forward() {
-    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let choice = adapter_with_tensor_cores();
     let options = tensor_core_options();
-    let c = Case::new;
-    let cases = [
-        c(vec![1, 2], 300, 300, 64, 64, Mask::Additive, false),
-        c(vec![1, 1], 200, 260, 128, 128, Mask::Additive, false),
-        c(vec![2, 1], 150, 190, 32, 32, Mask::Additive, true),
-    ];
-    compile_every(&cases, &[FlashKind::Forward], &options);
-    if !tensor_cores_here(&choice) {
-        return;
-    }
     let climb = |name: &str, t: &mut Tensor| {
         if name == "bias" {
             let cols = t.shape()[t.shape().len() - 1];
@@ -542,9 +568,19 @@ fn tensor_cores_rescale_the_forward() {
             }
         }
     };
-    for case in &cases {
+    for case in &rescale_cases() {
         check_edited(case, FlashKind::Forward, &options, &choice, &climb);
     }
+}
+
+/// The cases of [`tensor_cores_rescale_the_forward`].
+fn rescale_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(vec![1, 2], 300, 300, 64, 64, Mask::Additive, false),
+        c(vec![1, 1], 200, 260, 128, 128, Mask::Additive, false),
+        c(vec![2, 1], 150, 190, 32, 32, Mask::Additive, true),
+    ]
 }
 
 /// The tensor-core backward stages `dO` as `f16` scaled by a power of two per batch entry
@@ -554,20 +590,11 @@ fn tensor_cores_rescale_the_forward() {
 /// tensor cores' tolerance of its own largest result: in an error over the whole tensor a head
 /// at 1e-6 would hide behind one at 3e4.
 #[test]
+#[ignore = "needs cooperative matrices: --include-ignored runs it (SINTER_REQUIRE_TENSOR_CORES=1 makes skipping it fail)"]
 fn tensor_cores_scale_the_gradients() {
-    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let choice = adapter_with_tensor_cores();
     let options = tensor_core_options();
     let magnitudes = [1e-6, 1.0, 3e4];
-    let c = Case::new;
-    let cases = [
-        c(vec![1, 3], 100, 90, 64, 64, Mask::Causal, false),
-        c(vec![1, 3], 70, 70, 128, 128, Mask::None, false),
-    ];
-    let kinds = [FlashKind::BackwardDq, FlashKind::BackwardDkDv];
-    compile_every(&cases, &kinds, &options);
-    if !tensor_cores_here(&choice) {
-        return;
-    }
     let edit = |name: &str, t: &mut Tensor| {
         if name == "do" || name == "delta" {
             let per_head = t.data.len() / magnitudes.len();
@@ -576,8 +603,8 @@ fn tensor_cores_scale_the_gradients() {
             }
         }
     };
-    for case in &cases {
-        for kind in kinds {
+    for case in &gradient_scale_cases() {
+        for kind in TENSOR_CORE_BACKWARD {
             let (want, got) = run_flash(case, kind, &options, &choice, &edit);
             for (name, w) in &want {
                 let per_head = w.data.len() / magnitudes.len();
@@ -604,6 +631,18 @@ fn tensor_cores_scale_the_gradients() {
     }
 }
 
+/// The cases of [`tensor_cores_scale_the_gradients`]: three heads each.
+fn gradient_scale_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(vec![1, 3], 100, 90, 64, 64, Mask::Causal, false),
+        c(vec![1, 3], 70, 70, 128, 128, Mask::None, false),
+    ]
+}
+
+/// The tensor-core backward kernels (no whole backward).
+const TENSOR_CORE_BACKWARD: [FlashKind; 2] = [FlashKind::BackwardDq, FlashKind::BackwardDkDv];
+
 /// NaN and ±inf in `q` and `k` come out of every kernel as in the semantics: a score row
 /// with a NaN gives NaN (the row's maximum, its sum, its outputs), an infinite score makes its
 /// row's probabilities NaN or zero; in blocks that take the fast score path and in blocks that
@@ -614,8 +653,6 @@ fn tensor_cores_scale_the_gradients() {
 /// query's `dQ` through `0 · NaN`. So the backward kernels meet the semantics on special
 /// values only where no block is skipped (no mask), or where the special values lie where
 /// every query sees them (the first key, the last query).
-///
-/// The same again on tensor cores where the adapter has them.
 #[test]
 fn special_values() {
     let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -626,14 +663,24 @@ fn special_values() {
     ];
     let options = sinter_compiler::Options::default();
     special_values_under(&options, &choice, [16, 16, 8], 16, &backward);
-    // the tensor-core forms (head dims they take; no whole backward), where the adapter has
-    // them: the f16 operands keep NaN and ±inf
+}
+
+/// [`special_values`] on the tensor-core forms (head dims they take; no whole backward): the
+/// f16 operands keep NaN and ±inf.
+#[test]
+#[ignore = "needs cooperative matrices: --include-ignored runs it (SINTER_REQUIRE_TENSOR_CORES=1 makes skipping it fail)"]
+fn special_values_on_tensor_cores() {
+    let choice = adapter_with_tensor_cores();
     let options = tensor_core_options();
-    if tensor_cores_here(&choice) {
-        special_values_under(&options, &choice, [32, 32, 32], 32, &backward[..2]);
-        // the forward's key and value blocks in turn, the backward's walked blocks of 32
-        special_values_under(&options, &choice, [128, 128, 128], 128, &backward[..2]);
-    }
+    special_values_under(&options, &choice, [32, 32, 32], 32, &TENSOR_CORE_BACKWARD);
+    // the forward's key and value blocks in turn, the backward's walked blocks of 32
+    special_values_under(
+        &options,
+        &choice,
+        [128, 128, 128],
+        128,
+        &TENSOR_CORE_BACKWARD,
+    );
 }
 
 /// [`special_values`] compiled with `options`: the forward of three cases (head dims
@@ -693,10 +740,10 @@ fn tensor_core_options() -> sinter_compiler::Options {
     options
 }
 
-/// Whether the adapter of `choice` runs tensor-core artifacts. Where it does not (Mesa's
-/// software Vulkan, so CI), such an artifact still compiles, validates and names the feature
-/// it needs, and loading refuses it by that name.
-fn tensor_cores_here(choice: &AdapterChoice) -> bool {
+/// `None` where the adapter of `choice` runs tensor-core artifacts; where it does not (Mesa's
+/// software Vulkan, so CI), why loading refused one. Such an artifact compiles, validates and
+/// names the feature it needs, and loading refuses it by that name.
+fn tensor_cores_refused(choice: &AdapterChoice) -> Option<String> {
     let options = tensor_core_options();
     let case = Case::new(vec![1, 2], 17, 17, 16, 32, Mask::None, false);
     let probe =
@@ -712,14 +759,23 @@ fn tensor_cores_here(choice: &AdapterChoice) -> bool {
         probe.requirements
     );
     match Session::load_with(probe, choice) {
-        Ok(_) => true,
+        Ok(_) => None,
         Err(e) => {
             let e = e.to_string();
             assert!(e.contains("EXPERIMENTAL_COOPERATIVE_MATRIX"), "{e}");
-            eprintln!("no tensor cores here, the artifact is refused: {e}");
-            false
+            Some(e)
         }
     }
+}
+
+/// The adapter for a test that runs kernels on tensor cores; such a test fails where the
+/// adapter lacks cooperative matrices.
+fn adapter_with_tensor_cores() -> AdapterChoice {
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    if let Some(e) = tensor_cores_refused(&choice) {
+        panic!("this test needs cooperative matrices, which the adapter lacks: {e}");
+    }
+    choice
 }
 
 /// The whole backward with its `dQ` partial sums squeezed (through the binding limit) into

@@ -1,7 +1,7 @@
 //! The fused-kernel IR: one generic kernel program that every elementwise chain, reduction,
 //! row kernel (softmax, norms, losses and their backward) and optimizer update is an instance
 //! of. The optimizer builds programs by rewriting (each primitive is a one-op program, and
-//! [`Program::inline`] fuses a producer into a consumer); codegen compiles them from data.
+//! [`Bound::inline`] fuses a producer into a consumer); codegen compiles them from data.
 //!
 //! A program runs over an iteration **space** of `domain` axes (parallel) followed by `reduce`
 //! axes. For every point `d` of the domain, its **phases** run in order; phase `k` combines

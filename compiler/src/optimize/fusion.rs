@@ -1,5 +1,5 @@
 //! Fusion rules: each adds, to a consumer's e-class, a fused kernel that computes the consumer
-//! with one of its producers inlined ([`Program::inline`]). The consumer's unfused form stays
+//! with one of its producers inlined ([`Bound::inline`]). The consumer's unfused form stays
 //! in the class; extraction decides which to keep, so a value several kernels read may be
 //! stored once or recomputed in each, whichever the cost model prefers.
 //!

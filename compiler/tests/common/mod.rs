@@ -92,3 +92,18 @@ pub fn close(a: &Tensor, b: &Tensor) -> bool {
             .zip(&b.data)
             .all(|(&x, &y)| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-6 * scale)
 }
+
+/// Asserts that `got` holds `want`'s results (outputs or assigns, `kind` says which): the same
+/// names in the same order, each value [`close`] to its own; `context` ends a failure's message.
+pub fn assert_results(
+    kind: &str,
+    got: &[(String, Tensor)],
+    want: &[(String, Tensor)],
+    context: &str,
+) {
+    let names = |v: &[(String, Tensor)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(got), names(want), "{kind} names\n{context}");
+    for ((name, a), (_, w)) in got.iter().zip(want) {
+        assert!(close(a, w), "{kind} {name}\n got {a}\n want {w}\n{context}");
+    }
+}

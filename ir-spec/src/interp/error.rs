@@ -3,7 +3,7 @@
 use crate::infer::TypeError;
 use crate::types::TensorType;
 
-/// An error of [`super::evaluate`] or [`super::eval_node`]. Each message names the tensor at
+/// An error of [`super::evaluate()`] or [`super::eval_node`]. Each message names the tensor at
 /// fault, so that `sinter eval` can print it as is.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum EvalError {

@@ -6,7 +6,7 @@
 //! PyTorch by name; each family's module documents its corner cases (NaN propagation, `-inf`
 //! rows, casts, optimizer conventions).
 //!
-//! - [`evaluate`] runs a whole graph: validates the caller's tensors, fills params and states
+//! - [`evaluate()`] runs a whole graph: validates the caller's tensors, fills params and states
 //!   from their initializers where not given, evaluates nodes in arena order, and returns outputs,
 //!   the new values of assigned params/states, and every intermediate value.
 //! - [`eval_node`] evaluates one node (used by rewrite tests and GPU differential tests).

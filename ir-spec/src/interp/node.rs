@@ -20,7 +20,7 @@ use crate::types::{DType, TensorType};
 /// must equal `out_types`. Index errors name the operand slot (`ids`, `labels`); [`evaluate`]
 /// names the graph value instead.
 ///
-/// [`evaluate`]: super::evaluate
+/// [`evaluate`]: super::evaluate()
 pub fn eval_node(
     node_op: Op,
     attrs: &Attrs,

@@ -27,11 +27,9 @@ fn data_dir() -> PathBuf {
     assert!(
         node.is_dir(),
         "the ONNX node test data is missing: {} does not exist. Generate it with\n  \
-         python3 -m pip install onnx==1.19.0\n  mkdir -p {dir}/node\n  \
-         python3 -m onnx.backend.test.cmd_tools generate-data -o {dir}\n\
-         or point SINTER_ONNX_NODE_TESTS at a folder that holds node/ (.ci/run does this).",
-        node.display(),
-        dir = dir.display()
+         tools/test.sh --setup-only\n\
+         or point SINTER_ONNX_NODE_TESTS at a folder that holds node/.",
+        node.display()
     );
     node
 }

@@ -545,7 +545,7 @@ impl Shape {
         )
     }
 
-    /// a[batch][i][kk] of the logical operand, from the stored data.
+    /// `a[batch][i][kk]` of the logical operand, from the stored data.
     fn a_at(&self, a: &[f32], bi: usize, i: usize, kk: usize) -> f64 {
         let base = bi * self.m * self.k;
         f64::from(if self.at {

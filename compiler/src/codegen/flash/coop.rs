@@ -523,7 +523,7 @@ fn backward_arrays(d: usize, dv: usize) -> ([(Staged<'static>, usize); 2], bool)
 
 /// Writes the dQ or dK/dV kernel of `k` on tensor cores. Rows are queries
 /// (dQ) or keys (dK/dV), 64 a workgroup; the walk takes the other side in blocks of
-/// [`backward_cols`]. The row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into
+/// [`tc_backward_cols`]. The row block's operands (`Q`, `dO` or `K`, `V`) are loaded once into
 /// registers as A operands; per block the other side's (`K`, `V` or `Q`, `dO`) are staged as
 /// `f16` in `x1` (head dimension `d`) and `x2` (`dv`). `S` and `dP` come from the products
 /// into `ss` one after the other; each invocation turns its elements into `P` and the score
