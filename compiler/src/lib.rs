@@ -541,6 +541,7 @@ fn pack(
             .collect(),
         memory,
         optimizer: None,
+        generation: None,
         blob: Vec::new(),
     };
     artifact

@@ -8,6 +8,7 @@
 
 pub use sinter_artifact::artifact;
 pub mod attr;
+pub mod decode;
 pub mod decompose;
 pub mod diag;
 pub mod expand;
