@@ -13,6 +13,7 @@ pub mod codegen;
 pub mod error;
 pub mod flash;
 pub mod fused;
+pub mod generation;
 pub mod in_place;
 pub mod kernel;
 pub mod kgraph;
@@ -43,6 +44,8 @@ pub const DEFAULT_MAX_BINDING: u64 = 128 << 20;
 /// Passes whose result `--dump-after` can print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pass {
+    /// The prefill and step programs of a generation artifact ([`generation`]).
+    Decode,
     Expand,
     Autodiff,
     Decompose,
@@ -52,7 +55,8 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 6] = [
+    pub const ALL: [Pass; 7] = [
+        Pass::Decode,
         Pass::Expand,
         Pass::Autodiff,
         Pass::Decompose,
@@ -63,6 +67,7 @@ impl Pass {
 
     pub fn name(self) -> &'static str {
         match self {
+            Pass::Decode => "decode",
             Pass::Expand => "expand",
             Pass::Autodiff => "autodiff",
             Pass::Decompose => "decompose",

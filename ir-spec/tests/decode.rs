@@ -8,7 +8,7 @@ mod interp_common;
 use std::collections::HashMap;
 
 use interp_common::Rng;
-use sinter_ir::decode::{DecodeError, DecodeSpec, Decoder, derive, forward_part};
+use sinter_ir::decode::{DecodeError, DecodeSpec, Decoder, derive, forward_part, reference_logits};
 use sinter_ir::interp::{Tensor, evaluate};
 use sinter_ir::{Graph, ValueDef};
 
@@ -42,35 +42,12 @@ fn argmax(row: &[f64]) -> i32 {
     best as i32
 }
 
-/// The forward program's logits at the last position of each row (rows of equal length, at
-/// most the context; run a batch at a time, the rest of the batch and of the context padded
-/// with token 0).
 fn forward_logits(
     forward: &Graph,
     weights: &HashMap<String, Tensor>,
     rows: &[Vec<i32>],
 ) -> Vec<Vec<f64>> {
-    let ids = forward.lookup("ids").expect("ids");
-    let (b, t) = (forward.ty(ids).shape[0], forward.ty(ids).shape[1]);
-    let len = rows[0].len();
-    let mut out = Vec::new();
-    for chunk in rows.chunks(b) {
-        let mut data = vec![0i64; b * t];
-        for (r, row) in chunk.iter().enumerate() {
-            for (i, &tok) in row.iter().enumerate() {
-                data[r * t + i] = i64::from(tok);
-            }
-        }
-        let inputs = HashMap::from([("ids".to_string(), Tensor::i32(vec![b, t], data))]);
-        let run = evaluate(forward, &inputs, weights).expect("the forward program runs");
-        let logits = &run.outputs[0].1;
-        let v = logits.numel() / (b * t);
-        for r in 0..chunk.len() {
-            let at = (r * t + len - 1) * v;
-            out.push(logits.data[at..at + v].to_vec());
-        }
-    }
-    out
+    reference_logits(forward, "ids", weights, rows).expect("the forward program runs")
 }
 
 /// The derived programs in the interpreter, their params and caches carried from run to run.
@@ -173,11 +150,7 @@ fn greedy(src: &str, spec: &DecodeSpec, prompts: &[Vec<i32>], seed: u64) -> Vec<
 }
 
 fn spec(batch: usize, prefill: usize) -> DecodeSpec {
-    DecodeSpec {
-        batch: Some(batch),
-        prefill: Some(prefill),
-        ..DecodeSpec::default()
-    }
+    DecodeSpec::sized(batch, prefill)
 }
 
 #[test]

@@ -36,7 +36,6 @@ pub struct GenerationInfo {
 /// The prefill program beside a step artifact.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Generation {
-    #[serde(flatten)]
     pub info: GenerationInfo,
     /// The prefill program. Its params and states are the step's, at the same places; the
     /// step's slots carry their initial values, so these carry none.

@@ -30,6 +30,7 @@ mod analysis;
 mod causal;
 pub mod layout;
 mod rebuild;
+mod reference;
 
 use std::fmt::Write as _;
 
@@ -39,6 +40,7 @@ use crate::graph::{Graph, GraphError, NodeId, ValueDef};
 use crate::types::DType;
 
 pub use layout::Role;
+pub use reference::reference_logits;
 
 /// What to derive.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +63,17 @@ impl Default for DecodeSpec {
             logits: "logits".into(),
             batch: None,
             prefill: None,
+        }
+    }
+}
+
+impl DecodeSpec {
+    /// The default names (`ids`, `logits`) with the given batch and prefill length.
+    pub fn sized(batch: usize, prefill: usize) -> DecodeSpec {
+        DecodeSpec {
+            batch: Some(batch),
+            prefill: Some(prefill),
+            ..DecodeSpec::default()
         }
     }
 }
