@@ -123,6 +123,12 @@ impl Generator {
         &self.step
     }
 
+    /// The prefill and the step program's sessions (to profile their kernels; running them
+    /// directly leaves the generator's record of what the caches hold behind).
+    pub fn sessions_mut(&mut self) -> (&mut Session, &mut Session) {
+        (&mut self.prefill, &mut self.step)
+    }
+
     /// Overwrites weights by name (see [`Session::load_weights`]).
     pub fn load_weights(&mut self, weights: &[(String, HostTensor)]) -> Result<(), RuntimeError> {
         self.step.load_weights(weights)

@@ -220,7 +220,7 @@ const TEXT_LOSS_THRESHOLD: f64 = 1.8;
 
 /// Of the words (two letters or more) that the trained model writes at temperature 0.5, at
 /// least this share are words of the text; a model with its initial weights writes almost none.
-/// Measured on lavapipe: 0.87.
+/// Measured on lavapipe: 0.70 (of 44 words).
 const TEXT_WORD_SHARE: f64 = 0.5;
 
 #[test]

@@ -13,6 +13,10 @@
 //! - `sinter-bench attention [--seq 512,1024,2048,4096] [--batch 4] [--heads 12] [--head-dim 64]
 //!   [--causal] [--policies flash,unfused,auto]`: an attention's forward and backward, once per
 //!   `--attention` policy, the results checked against the first policy's (see `bench/attention.rs`).
+//! - `sinter-bench generate [--batch 1,8] [--prompt-tokens 512] [--new-tokens 256]
+//!   [--program FILE.sir] [--profile]`: text generation with the derived prefill and step
+//!   programs, GPT-2 small's shape by default (see `bench/generate.rs`); prefill time, decoding
+//!   tokens per second, the step checked against the prefill.
 //! - `sinter-bench scaling [--nodes 10000]`: compile time of generated programs at N and 4N
 //!   nodes (a chain of relus, a training step through a chain); fails when 4N takes more than
 //!   `--max-ratio` (8) times as long as N, which a quadratic pass would.
@@ -30,6 +34,8 @@ use clap::{Parser, Subcommand};
 
 #[path = "bench/attention.rs"]
 mod attention;
+#[path = "bench/generate.rs"]
+mod generate;
 #[path = "bench/scaling.rs"]
 mod scaling;
 use sinter_compiler::codegen::matmul::Tile;
@@ -71,6 +77,9 @@ enum Command {
     /// An attention's forward and backward per sequence length, once per attention policy
     /// (flash kernels, unfused, the cost model's pick), results checked against each other.
     Attention(attention::AttentionArgs),
+    /// Text generation with the derived prefill and step programs: prefill time and decoding
+    /// tokens per second per batch size (GPT-2-style model, or any program).
+    Generate(generate::GenerateArgs),
 }
 
 #[derive(clap::Args)]
@@ -196,6 +205,7 @@ fn main() -> ExitCode {
         Command::Gpt(args) => gpt(args, &out),
         Command::Scaling(args) => scaling::scaling(args, &out),
         Command::Attention(args) => attention::attention(args, &out),
+        Command::Generate(args) => generate::generate(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
