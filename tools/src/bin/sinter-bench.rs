@@ -38,6 +38,7 @@ mod attention;
 mod generate;
 #[path = "bench/scaling.rs"]
 mod scaling;
+use sinter_cli::gpt::GptConfig;
 use sinter_compiler::codegen::matmul::Tile;
 use sinter_ir::DType;
 use sinter_ir::artifact::Artifact;
@@ -82,20 +83,41 @@ enum Command {
     Generate(generate::GenerateArgs),
 }
 
+/// The shape of a GPT-2-style model (`sinter_cli::gpt`) but its context and batch; GPT-2
+/// small's by default, with a vocabulary of 2048.
 #[derive(clap::Args)]
-struct GptArgs {
+struct GptShape {
     #[arg(long, default_value_t = 12)]
     layers: usize,
     #[arg(long, default_value_t = 768)]
     width: usize,
     #[arg(long, default_value_t = 12)]
     heads: usize,
+    #[arg(long, default_value_t = 2048)]
+    vocab: usize,
+}
+
+impl GptShape {
+    fn config(&self, context: usize, batch: usize) -> GptConfig {
+        GptConfig {
+            layers: self.layers,
+            width: self.width,
+            heads: self.heads,
+            context,
+            batch,
+            vocab: self.vocab,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct GptArgs {
+    #[command(flatten)]
+    shape: GptShape,
     #[arg(long, default_value_t = 512)]
     context: usize,
     #[arg(long, default_value_t = 4)]
     batch: usize,
-    #[arg(long, default_value_t = 2048)]
-    vocab: usize,
     /// Timed training steps (after three untimed ones).
     #[arg(long, default_value_t = 20)]
     steps: u32,
@@ -835,15 +857,8 @@ fn record_run(file: &Path, p: &Profile, out: &Output) {
 // gpt
 
 fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
-    use sinter_cli::gpt::{GptConfig, program};
-    let cfg = GptConfig {
-        layers: args.layers,
-        width: args.width,
-        heads: args.heads,
-        context: args.context,
-        batch: args.batch,
-        vocab: args.vocab,
-    };
+    use sinter_cli::gpt::program;
+    let cfg = args.shape.config(args.context, args.batch);
     cfg.check().map_err(Failure::Error)?;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Failure::Error(format!("cannot create {}: {e}", args.out.display())))?;

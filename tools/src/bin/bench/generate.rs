@@ -15,13 +15,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use sinter_cli::flags::Attention;
-use sinter_cli::gpt::{GptConfig, program};
+use sinter_cli::gpt::program;
 use sinter_compiler::generation::compile_generation;
 use sinter_ir::decode::DecodeSpec;
 use sinter_runtime::io::HostTensor;
 use sinter_runtime::{Generator, Sampler, Sampling};
 
-use super::{Failure, Json, Output, Rng, choice, ms, pattern_table, seconds};
+use super::{Failure, GptShape, Json, Output, Rng, choice, ms, pattern_table, seconds};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -29,16 +29,10 @@ pub struct GenerateArgs {
     /// GPT-2-style one; its context must hold the prompt and the new tokens.
     #[arg(long, value_name = "FILE.sir")]
     program: Option<PathBuf>,
-    #[arg(long, default_value_t = 12)]
-    layers: usize,
-    #[arg(long, default_value_t = 768)]
-    width: usize,
-    #[arg(long, default_value_t = 12)]
-    heads: usize,
+    #[command(flatten)]
+    shape: GptShape,
     #[arg(long, default_value_t = 1024)]
     context: usize,
-    #[arg(long, default_value_t = 2048)]
-    vocab: usize,
     /// Tokens of the prompt (the prefill program's length).
     #[arg(long, default_value_t = 512)]
     prompt_tokens: usize,
@@ -76,14 +70,7 @@ pub fn generate(args: &GenerateArgs, out: &Output) -> Result<(), Failure> {
             (stem, src)
         }
         None => {
-            let cfg = GptConfig {
-                layers: args.layers,
-                width: args.width,
-                heads: args.heads,
-                context: args.context,
-                batch: 1,
-                vocab: args.vocab,
-            };
+            let cfg = args.shape.config(args.context, 1);
             cfg.check().map_err(Failure::Error)?;
             (format!("gpt{}x{}", cfg.layers, cfg.width), program(&cfg))
         }
