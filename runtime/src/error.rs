@@ -143,11 +143,13 @@ pub enum RuntimeError {
     #[error("reading results back from the GPU failed: {0}")]
     Map(String),
     #[error(
-        "artifacts `{graph}` and `{with}` cannot share their params and states: they do not hold          the same ones at the same places"
+        "artifacts `{graph}` and `{with}` cannot share their params and states: they do not hold \
+         the same ones at the same places"
     )]
     SharedPlaces { graph: String, with: String },
     #[error(
-        "artifact `{graph}` is not a generation artifact; make one with `sinter compile          --generate`"
+        "artifact `{graph}` is not a generation artifact; make one with `sinter compile \
+         --generate`"
     )]
     NotGeneration { graph: String },
     /// Prompts a generator cannot take: none, of unequal lengths, tokens outside the vocabulary.
