@@ -9,10 +9,13 @@
 //! that they did. A runtime then runs both programs over one set of arenas, the step's slots
 //! giving the initial values.
 
+use std::collections::HashMap;
+
 use sinter_ir::Graph;
 use sinter_ir::artifact::{Artifact, Role};
-use sinter_ir::decode::{DecodeError, DecodeSpec, Decoder, derive};
+use sinter_ir::decode::{DecodeError, DecodeSpec, Decoder, derive_with};
 use sinter_ir::generation::Generation;
+use sinter_ir::interp::Tensor;
 
 use crate::{CompileError, Options, Pass, compile_keeping_dumps};
 
@@ -39,15 +42,17 @@ pub enum GenerationError {
     },
 }
 
-/// The derivation and both compilations; `dumps` receives, in order, what the passes named in
-/// `options.dump_after` produced (`decode`: the derived programs), each with a title.
+/// The derivation and both compilations; `states` gives the values of states the causal check
+/// may read (see [`sinter_ir::decode::derive_with`]); `dumps` receives, in order, what the passes
+/// named in `options.dump_after` produced (`decode`: the derived programs), each with a title.
 pub fn compile_generation(
     graph: &Graph,
     spec: &DecodeSpec,
+    states: &HashMap<String, Tensor>,
     options: &Options,
     dumps: &mut Vec<(String, String)>,
 ) -> Result<CompiledGeneration, GenerationError> {
-    let decoder = derive(graph, spec)?;
+    let decoder = derive_with(graph, spec, states)?;
     if options.dump_after.contains(&Pass::Decode) {
         dumps.push((Pass::Decode.name().to_string(), decoder.describe()));
     }

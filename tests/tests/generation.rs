@@ -11,7 +11,7 @@ use sinter_compiler::Options;
 use sinter_compiler::generation::compile_generation;
 use sinter_ir::decode::{DecodeSpec, forward_part, reference_logits};
 use sinter_ir::interp::Tensor;
-use sinter_ir::{Graph, TensorType};
+use sinter_ir::{Graph, TensorType, ValueDef};
 use sinter_runtime::io::HostTensor;
 use sinter_runtime::{Generator, Sampling};
 use sinter_tests::{Rng, relative_error};
@@ -32,27 +32,35 @@ struct Model {
 }
 
 impl Model {
+    /// `src` with random params.
     fn new(src: &str, spec: &DecodeSpec, seed: u64) -> Model {
         let g = parse(src);
-        let forward = forward_part(&g, &spec.ids, &spec.logits).expect("a forward part");
         let mut rng = Rng::new(seed);
-        let weights: HashMap<String, Tensor> = forward
-            .params()
+        let weights: HashMap<String, Tensor> = (g.params())
             .map(|p| {
-                let ty: &TensorType = forward.ty(p);
+                let ty: &TensorType = g.ty(p);
                 let data = (0..ty.numel())
                     .map(|_| f64::from((0.4 * rng.nonzero(-1.0, 1.0)) as f32))
                     .collect();
-                (
-                    forward.name_of(p).to_string(),
-                    Tensor::new(ty.clone(), data),
-                )
+                (g.name_of(p).to_string(), Tensor::new(ty.clone(), data))
             })
             .collect();
-        let compiled = compile_generation(&g, spec, &Options::default(), &mut Vec::new())
+        Model::with_weights(&g, spec, weights, &HashMap::new())
+    }
+
+    /// `g` with `weights` for its params and states; the causal check reads `states`.
+    fn with_weights(
+        g: &Graph,
+        spec: &DecodeSpec,
+        weights: HashMap<String, Tensor>,
+        states: &HashMap<String, Tensor>,
+    ) -> Model {
+        let forward = forward_part(g, &spec.ids, &spec.logits).expect("a forward part");
+        let compiled = compile_generation(g, spec, states, &Options::default(), &mut Vec::new())
             .unwrap_or_else(|e| panic!("{e}"));
         let mut generator = Generator::load(compiled.artifact).expect("loads");
         let host: Vec<(String, HostTensor)> = (weights.iter())
+            .filter(|(n, _)| forward.lookup(n).is_some())
             .map(|(n, t)| (n.clone(), HostTensor::from_interp(t)))
             .collect();
         generator.load_weights(&host).expect("weights fit");
@@ -164,6 +172,53 @@ fn gpt_generator_model_generates_its_forward_programs_argmax() {
     };
     let mut m = Model::new(&program(&c), &spec(1, 10), 4);
     greedy(&mut m, &[vec![5, 6, 7, 8]], 10, 5);
+}
+
+#[test]
+fn an_imported_onnx_decoder_generates_its_forward_programs_argmax() {
+    // PyTorch's TransformerEncoderLayer with a causal mask buffer, exported to ONNX: the mask is
+    // a state whose value the import gives, which the causal check reads
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tools/onnx/models/transformer.onnx"
+    );
+    let bytes = std::fs::read(path).expect("the bundled ONNX model");
+    // a batch of 2, and a batch of 1, whose sequences the derivation cannot follow through the
+    // layers' merged axes (so it derives for one sequence only)
+    for batch in [2, 1] {
+        let options = sinter_onnx::Options {
+            dims: [("batch".to_string(), batch)].into(),
+            ..Default::default()
+        };
+        let imported = sinter_onnx::import(&bytes, &options).expect("imports");
+        let g = &imported.graph;
+        let weights: HashMap<String, Tensor> = imported.weights.into_iter().collect();
+        let is_state = |n: &str| {
+            g.lookup(n)
+                .is_some_and(|v| matches!(g.value(v).def, ValueDef::State(_)))
+        };
+        let states: HashMap<String, Tensor> = (weights.iter())
+            .filter(|(n, _)| is_state(n))
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        assert!(!states.is_empty(), "the mask buffer is a state");
+        let mut m = Model::with_weights(g, &spec(batch, 6), weights.clone(), &states);
+        let prompts = [vec![1, 2, 3], vec![30, 0, 7]];
+        greedy(&mut m, &prompts[..batch], 16, 8);
+        // without the mask's value the program cannot be proven causal
+        let compile = |spec: &DecodeSpec, states: &HashMap<String, Tensor>| {
+            compile_generation(g, spec, states, &Options::default(), &mut Vec::new())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = compile(&spec(batch, 6), &HashMap::new());
+        assert!(e.contains("not causal"), "{e}");
+        if batch == 1 {
+            let e = compile(&spec(2, 6), &states);
+            assert!(e.contains("1 for a program of batch 1"), "{e}");
+        }
+    }
 }
 
 #[test]

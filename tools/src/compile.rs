@@ -168,9 +168,18 @@ fn compile_generation(
     weights: &[(String, sinter_ir::interp::Tensor)],
 ) -> Result<(), CliError> {
     let mut dumps = Vec::new();
+    // an imported model's state values (its mask buffer), which the causal check may read
+    let states = (weights.iter())
+        .filter(|(name, _)| {
+            (graph.lookup(name))
+                .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::State(_)))
+        })
+        .cloned()
+        .collect();
     let compiled = sinter_compiler::generation::compile_generation(
         graph,
         &args.generation.spec(),
+        &states,
         options,
         &mut dumps,
     );

@@ -20,6 +20,7 @@ use sinter_cli::flags::{Attention, GenerationFlags};
 use sinter_compiler::generation::{GenerationError, compile_generation};
 use sinter_compiler::{DEFAULT_MAX_BINDING, Options};
 use sinter_ir::artifact::{Artifact, MAGIC, Role};
+use sinter_ir::interp::Tensor;
 use sinter_runtime::io::{HostTensor, read_safetensors};
 use sinter_runtime::{Generator, Sampling};
 
@@ -35,6 +36,9 @@ pub struct Args {
     /// The text to continue.
     #[arg(long)]
     prompt: String,
+    /// For an ONNX model: fix a dynamic dimension, e.g. `--dim batch=1` (repeat for each).
+    #[arg(long = "dim", value_name = "NAME=VALUE", value_parser = program::parse_dim)]
+    dims: Vec<program::Dim>,
     /// Tokens to write after the prompt (per sample).
     #[arg(long, value_name = "N")]
     max_new_tokens: usize,
@@ -95,7 +99,11 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     if prompt.is_empty() {
         return Err(CliError::Arg("the prompt is empty".into()));
     }
-    let (artifact, source) = model(args)?;
+    let file: Option<HashMap<String, HostTensor>> = match &args.weights {
+        Some(path) => Some(read_safetensors(path)?.into_iter().collect()),
+        None => None,
+    };
+    let (artifact, source) = model(args, file.as_ref())?;
     let info = &artifact
         .generation
         .as_ref()
@@ -125,9 +133,9 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         }
         Vocabulary::Pieces { .. } => {}
     }
-    let weights = match &args.weights {
-        Some(path) => read_weights(path, &artifact, source.as_ref())?,
-        None => Vec::new(),
+    let weights = match (&args.weights, &file) {
+        (Some(path), Some(file)) => select_weights(path, file, &artifact, source.as_ref())?,
+        _ => Vec::new(),
     };
     if args.seed.is_none() && sampling.temperature > 0.0 {
         console::eprintln(&format!("seed {}", sampling.seed));
@@ -216,8 +224,12 @@ fn report_speed(
 }
 
 /// The generation artifact of `args.model` (compiled from a program when it is one), with the
-/// program when there is one.
-fn model(args: &Args) -> Result<(Artifact, Option<sinter_ir::Graph>), CliError> {
+/// program when there is one. The causal check may read the values of the program's states
+/// that an ONNX model or the weights `file` give (an imported model's mask buffer).
+fn model(
+    args: &Args,
+    file: Option<&HashMap<String, HostTensor>>,
+) -> Result<(Artifact, Option<sinter_ir::Graph>), CliError> {
     let path = &args.model;
     let bytes = std::fs::read(path).map_err(|source| CliError::ReadSource {
         path: path.to_path_buf(),
@@ -234,7 +246,22 @@ fn model(args: &Args) -> Result<(Artifact, Option<sinter_ir::Graph>), CliError> 
         }
         return Ok((artifact, None));
     }
-    let program = program::load_program(path, &[])?;
+    let program = program::load_program(path, &args.dims)?;
+    let graph = &program.graph;
+    let is_state = |name: &str| {
+        graph
+            .lookup(name)
+            .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::State(_)))
+    };
+    let mut states: HashMap<String, Tensor> = (program.weights.iter())
+        .filter(|(name, _)| is_state(name))
+        .cloned()
+        .collect();
+    for (name, t) in file.into_iter().flatten() {
+        if is_state(name) {
+            states.insert(name.clone(), t.to_interp());
+        }
+    }
     let options = Options {
         max_binding_size: args.max_binding_size,
         optimize: !args.no_opt,
@@ -242,7 +269,7 @@ fn model(args: &Args) -> Result<(Artifact, Option<sinter_ir::Graph>), CliError> 
         ..Options::default()
     };
     let spec = args.generation.spec();
-    let compiled = compile_generation(&program.graph, &spec, &options, &mut Vec::new())
+    let compiled = compile_generation(graph, &spec, &states, &options, &mut Vec::new())
         .map_err(generation_error)?;
     for warning in &compiled.warnings {
         console::eprintln(&format!("warning: {warning}"));
@@ -263,16 +290,39 @@ pub fn generation_error(e: GenerationError) -> CliError {
     }
 }
 
-/// The model's params from a safetensors file: every param must be there, with its type;
-/// tensors the model does not read are skipped (those of the source program, such as an
-/// optimizer's moments, silently; others with a warning).
-fn read_weights(
+/// The model's params and states from the safetensors file at `path`: every param must be
+/// there, with its type; tensors the model does not read are skipped (those of the source
+/// program, such as an optimizer's moments, silently; others with a warning).
+fn select_weights(
     path: &Path,
+    file: &HashMap<String, HostTensor>,
     artifact: &Artifact,
     source: Option<&sinter_ir::Graph>,
 ) -> Result<Vec<(String, HostTensor)>, CliError> {
-    let file: HashMap<String, HostTensor> = read_safetensors(path)?.into_iter().collect();
     let mut weights = Vec::new();
+    let caches = &artifact
+        .generation
+        .as_ref()
+        .expect("a generation artifact")
+        .info
+        .caches;
+    for slot in artifact
+        .slots(Role::State)
+        .filter(|s| !caches.contains(&s.name))
+    {
+        if let Some(t) = file.get(&slot.name) {
+            if t.ty() != slot.ty {
+                return Err(CliError::Feed(format!(
+                    "{}: state `{}` must be {}, but the file holds {}",
+                    path.display(),
+                    slot.name,
+                    slot.ty,
+                    t.ty()
+                )));
+            }
+            weights.push((slot.name.clone(), t.clone()));
+        }
+    }
     for slot in artifact.slots(Role::Param) {
         let Some(t) = file.get(&slot.name) else {
             return Err(CliError::Feed(format!(
@@ -296,7 +346,7 @@ fn read_weights(
     let mut unknown: Vec<&str> = file
         .keys()
         .map(String::as_str)
-        .filter(|n| artifact.slots(Role::Param).all(|s| s.name != *n))
+        .filter(|n| (artifact.tensors.iter()).all(|s| s.name != *n || s.role == Role::Output))
         .filter(|n| source.is_none_or(|g| g.lookup(n).is_none_or(|v| !g.value(v).is_persistent())))
         .collect();
     unknown.sort_unstable();

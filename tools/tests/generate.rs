@@ -122,6 +122,33 @@ fn a_generation_artifact_writes_what_its_program_writes() {
 }
 
 #[test]
+fn an_onnx_decoder_writes_with_its_mask_buffer_read_by_the_causal_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = dir.path().join("vocab.txt");
+    let pieces: String = ('a'..='z')
+        .chain('A'..='F')
+        .map(|c| format!("\"{c}\"\n"))
+        .collect();
+    std::fs::write(&vocab, pieces).unwrap();
+    let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx/models/transformer.onnx");
+    let run = ok(&[
+        "generate",
+        &s(&onnx),
+        "--dim",
+        "batch=1",
+        "--vocab",
+        &s(&vocab),
+        "--prompt",
+        "abc",
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "0",
+    ]);
+    assert!(run.stdout.starts_with("abc") && run.stdout.trim_end().chars().count() == 9);
+}
+
+#[test]
 fn bad_generation_inputs_exit_2_and_say_why() {
     let dir = tempfile::tempdir().unwrap();
     let not_causal = dir.path().join("not_causal.sir");

@@ -41,7 +41,11 @@ impl Analysis {
         };
         a.token[ids.index()] = true;
         let mut l = Layout::default();
-        l.set(Role::Batch, Place::new(0, 1));
+        // A batch of one has no place of its own in merged axes (`[T, 1·H]` is `[T·1, H]`): it
+        // is not followed, and such a program derives for one sequence only (see `derive`).
+        if a.batch > 1 {
+            l.set(Role::Batch, Place::new(0, 1));
+        }
         l.set(Role::Query, Place::new(1, 1));
         a.layout[ids.index()] = l;
         let mut cx = Cx { g, a: &mut a };

@@ -27,7 +27,7 @@ use crate::decode::DecodeError;
 use crate::decode::analysis::Analysis;
 use crate::decode::layout::{Layout, Role};
 use crate::graph::{Graph, Node, NodeId, ValueId};
-use crate::interp::{scalar, to_i32};
+use crate::interp::{Tensor, scalar, to_i32};
 use crate::op::Op;
 use crate::types::DType;
 
@@ -71,13 +71,18 @@ fn join(items: &[Upper]) -> Upper {
 
 /// Refuses a program whose products or reductions over key positions may read keys past the
 /// query (see the module docs).
-pub(super) fn check(g: &Graph, a: &Analysis) -> Result<(), DecodeError> {
+pub(super) fn check(
+    g: &Graph,
+    a: &Analysis,
+    states: &HashMap<String, Tensor>,
+) -> Result<(), DecodeError> {
     let mut cx = Cx {
         g,
         a,
         upper: HashMap::new(),
         summaries: HashMap::new(),
-        pure: pure_values(g, a),
+        pure: pure_values(g, a, states),
+        states,
     };
     for id in g.node_ids() {
         let node = g.node(id);
@@ -93,9 +98,13 @@ pub(super) fn check(g: &Graph, a: &Analysis) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// Values computed from `iota` and constants alone.
-fn pure_values(g: &Graph, a: &Analysis) -> Vec<bool> {
+/// Values computed from `iota`, constants and the states of `states` alone.
+fn pure_values(g: &Graph, a: &Analysis, states: &HashMap<String, Tensor>) -> Vec<bool> {
     let mut pure = vec![false; g.values.len()];
+    for v in g.states() {
+        let known = states.get(g.name_of(v));
+        pure[v.index()] = known.is_some_and(|t| t.ty == *g.ty(v));
+    }
     for node in &g.nodes {
         let p = !a.token[node.outputs[0].index()]
             && node.outputs.len() == 1
@@ -113,6 +122,7 @@ struct Cx<'a> {
     /// Index-only values, by a key of their computation (the masks of every layer are alike).
     summaries: HashMap<String, Upper>,
     pure: Vec<bool>,
+    states: &'a HashMap<String, Tensor>,
 }
 
 impl Cx<'_> {
@@ -135,9 +145,10 @@ impl Cx<'_> {
 
     /// A text that two index-only values share exactly when they are computed alike.
     fn structure(&self, v: ValueId) -> String {
-        let node = self
-            .g
-            .node(self.g.producer(v).expect("pure values are computed"));
+        let Some(node) = self.g.producer(v) else {
+            return format!("state {}", self.g.name_of(v));
+        };
+        let node = self.g.node(node);
         let operands: Vec<String> = node.inputs.iter().map(|&u| self.structure(u)).collect();
         format!(
             "{}{:?}{:?}({})",
@@ -189,7 +200,12 @@ impl Cx<'_> {
     /// The element of index-only `v` at `c` (the interpreter's scalar semantics).
     fn eval_at(&self, v: ValueId, c: &[usize]) -> Option<f64> {
         let g = self.g;
-        let node = g.node(g.producer(v)?);
+        let Some(node) = g.producer(v) else {
+            let t = self.states.get(g.name_of(v))?;
+            let flat = (c.iter().zip(t.shape())).fold(0, |flat, (&x, &n)| flat * n + x);
+            return t.data.get(flat).copied();
+        };
+        let node = g.node(node);
         let out = &g.ty(v).shape;
         let mut buf = [0usize; MAX_RANK];
         // operand `u`'s coordinates under broadcasting to `out`

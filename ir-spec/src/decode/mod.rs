@@ -32,11 +32,13 @@ pub mod layout;
 mod rebuild;
 mod reference;
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use sinter_artifact::generation::GenerationInfo;
 
 use crate::graph::{Graph, GraphError, NodeId, ValueDef};
+use crate::interp::Tensor;
 use crate::types::DType;
 
 pub use layout::Role;
@@ -178,6 +180,18 @@ fn inputs_hint(inputs: &[String]) -> String {
 
 /// Derives the prefill and step programs of `g` (see the module docs).
 pub fn derive(g: &Graph, spec: &DecodeSpec) -> Result<Decoder, DecodeError> {
+    derive_with(g, spec, &HashMap::new())
+}
+
+/// [`derive`], with the values of some states (by name), which the causal check may read: an
+/// imported model's mask buffer is a state whose value comes with its weights. The programs
+/// are proven causal for these values; loading other values into those states later voids the
+/// proof.
+pub fn derive_with(
+    g: &Graph,
+    spec: &DecodeSpec,
+    states: &HashMap<String, Tensor>,
+) -> Result<Decoder, DecodeError> {
     let forward = forward_part(g, &spec.ids, &spec.logits)?;
     let forward = crate::expand::expand_composites(&forward);
     let ids = forward
@@ -196,11 +210,17 @@ pub fn derive(g: &Graph, spec: &DecodeSpec) -> Result<Decoder, DecodeError> {
     }
     let new_batch = spec.batch.unwrap_or(batch);
     let prefill = spec.prefill.unwrap_or(context);
-    if new_batch == 0 {
+    if new_batch == 0 || (batch == 1 && new_batch != 1) {
         return Err(DecodeError::Size {
             what: "the batch",
-            range: "at least 1".into(),
-            value: 0,
+            range: if batch == 1 {
+                "1 for a program of batch 1 (where its sequences lie in axes that merge them \
+                 with others is unknown; give the program a batch of 2 or more)"
+                    .into()
+            } else {
+                "at least 1".into()
+            },
+            value: new_batch,
         });
     }
     if !(1..=context).contains(&prefill) {
@@ -211,7 +231,7 @@ pub fn derive(g: &Graph, spec: &DecodeSpec) -> Result<Decoder, DecodeError> {
         });
     }
     let a = analysis::Analysis::run(&forward, ids)?;
-    causal::check(&forward, &a)?;
+    causal::check(&forward, &a, states)?;
     let order = rebuild::logits_order(&forward, &a, logits)?;
     let free = |base: &str| {
         std::iter::once(base.to_string())

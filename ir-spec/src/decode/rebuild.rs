@@ -48,17 +48,21 @@ pub(super) fn logits_order(
         problem: problem.to_string(),
     };
     let l = a.token_layout(logits);
-    let (Some(b), Some(q)) = (l.get(Role::Batch), l.get(Role::Query)) else {
-        return Err(fail(
-            "they do not range over both the batch and the positions",
-        ));
+    let Some(q) = l.get(Role::Query) else {
+        return Err(fail("they do not range over the positions"));
     };
     if l.get(Role::Key).is_some() {
         return Err(fail("they range over key positions"));
     }
     let shape = &g.ty(logits).shape;
     let rest = g.ty(logits).numel() / (a.batch * a.context);
-    let (sb, sq) = (flat_stride(shape, b), flat_stride(shape, q));
+    let sq = flat_stride(shape, q);
+    // a batch of one is not followed (see `Analysis::run`): it is the outermost factor
+    let sb = match l.get(Role::Batch) {
+        Some(b) => flat_stride(shape, b),
+        None if a.batch == 1 => a.context * rest,
+        None => return Err(fail("they do not range over the batch")),
+    };
     if sq == rest && sb == a.context * rest {
         Ok(LogitsOrder::BatchFirst)
     } else if sb == rest && sq == a.batch * rest {

@@ -93,8 +93,14 @@ pub fn generate(args: &GenerateArgs, out: &Output) -> Result<(), Failure> {
     for &batch in &args.batch {
         let spec = DecodeSpec::sized(batch, args.prompt_tokens);
         let t = Instant::now();
-        let compiled = compile_generation(&graph, &spec, &options, &mut Vec::new())
-            .map_err(|e| Failure::Error(e.to_string()))?;
+        let compiled = compile_generation(
+            &graph,
+            &spec,
+            &Default::default(),
+            &options,
+            &mut Vec::new(),
+        )
+        .map_err(|e| Failure::Error(e.to_string()))?;
         let compile_s = seconds(t);
         let info = compiled.decoder.info.clone();
         let context = info.context as usize;
