@@ -9,7 +9,7 @@
 //!   `pos` (an `i32[]` input), writes its keys and values into the caches at `pos`, attends over
 //!   every cached position (the causal mask hides those past `pos`), and returns its logits.
 //!
-//! Neither is written by hand: [`derive`] analyzes the forward program after composite
+//! Neither is written by hand: [`derive()`] analyzes the forward program after composite
 //! expansion, so hand-written attention is found like the `attention` op's expansion. Every value
 //! gets a *layout* ([`layout`]): where it holds the batch, the query positions and (for
 //! attention scores and probabilities) the key positions. A product `q·kᵀ` whose rows and
@@ -17,7 +17,7 @@
 //! *value*; the step reads both from a cache. Index-only values that meet the positions (a
 //! learned position table, rotary angles from `iota`, the causal mask) take the roles of the
 //! axes they meet: the step reads a position table at `pos` (a gather), counts `iota` from
-//! `pos`, and builds the mask's row for `pos`. [`causal`] proves that no product or reduction
+//! `pos`, and builds the mask's row for `pos`. The causal check (`causal.rs`) proves that no product or reduction
 //! over key positions reads a key past its query, which is what makes the cache's stale entries
 //! harmless; programs it cannot prove causal are refused, saying where and why.
 //!
@@ -183,7 +183,7 @@ pub fn derive(g: &Graph, spec: &DecodeSpec) -> Result<Decoder, DecodeError> {
     derive_with(g, spec, &HashMap::new())
 }
 
-/// [`derive`], with the values of some states (by name), which the causal check may read: an
+/// [`derive()`], with the values of some states (by name), which the causal check may read: an
 /// imported model's mask buffer is a state whose value comes with its weights. The programs
 /// are proven causal for these values; loading other values into those states later voids the
 /// proof.
