@@ -14,6 +14,7 @@ pub mod cost;
 pub mod error;
 pub mod flash;
 pub mod fused;
+pub mod generation;
 pub mod in_place;
 pub mod kernel;
 pub mod kgraph;

@@ -274,6 +274,7 @@ pub(crate) fn pack(
             .collect(),
         memory,
         optimizer: None,
+        generation: None,
         blob: Vec::new(),
     };
     artifact

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 /// A pass of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pass {
+    /// The prefill and step programs of a generation artifact ([`crate::generation`]).
+    Decode,
     /// The program as autocast runs it, its gradients scaled (`--precision mixed`).
     Precision,
     /// Composites (`attention`) become primitives.
@@ -54,7 +56,8 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub const ALL: [Pass; 20] = [
+    pub const ALL: [Pass; 21] = [
+        Pass::Decode,
         Pass::Precision,
         Pass::Expand,
         Pass::Autodiff,
@@ -79,6 +82,7 @@ impl Pass {
 
     pub fn name(self) -> &'static str {
         match self {
+            Pass::Decode => "decode",
             Pass::Precision => "precision",
             Pass::Expand => "expand",
             Pass::Autodiff => "autodiff",
@@ -105,6 +109,7 @@ impl Pass {
     /// What the pass does, in a line (`sinter compile --dump-after list`).
     pub fn about(self) -> &'static str {
         match self {
+            Pass::Decode => "a language model's prefill and one-token step programs (--generate)",
             Pass::Precision => "products in f16 as autocast runs them, gradients scaled (mixed)",
             Pass::Expand => "composites (attention) become primitives",
             Pass::Autodiff => "grad nodes become backward subgraphs of ordinary ops",

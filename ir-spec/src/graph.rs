@@ -438,6 +438,50 @@ impl Graph {
         Ok(())
     }
 
+    /// A copy of the declarations that `keep_value` keeps and the nodes that `keep_node`
+    /// keeps (whose operands it must keep), in order and with their names, without assigns and
+    /// outputs; with the map from this graph's values to the copy's.
+    pub fn restricted(
+        &self,
+        keep_value: impl Fn(ValueId) -> bool,
+        keep_node: impl Fn(NodeId) -> bool,
+    ) -> Result<(Graph, Vec<Option<ValueId>>), GraphError> {
+        let mut new = Graph::new(self.name.clone());
+        let mut map: Vec<Option<ValueId>> = vec![None; self.values.len()];
+        for id in self.value_ids() {
+            let v = self.value(id);
+            let (name, ty) = (v.name.clone(), v.ty.clone());
+            let copied = match &v.def {
+                ValueDef::Node { node, index: 0 } if keep_node(*node) => {
+                    let node = self.node(*node);
+                    let inputs: Vec<ValueId> = node
+                        .inputs
+                        .iter()
+                        .map(|u| map[u.index()].expect("operands of kept nodes are kept"))
+                        .collect();
+                    let names: Vec<String> = node
+                        .outputs
+                        .iter()
+                        .map(|&o| self.name_of(o).to_string())
+                        .collect();
+                    let results =
+                        new.add_node(node.op, &inputs, node.attrs.clone(), Some(&names))?;
+                    for (o, r) in node.outputs.iter().zip(results) {
+                        map[o.index()] = Some(r);
+                    }
+                    continue;
+                }
+                ValueDef::Node { .. } => continue,
+                _ if !keep_value(id) => continue,
+                ValueDef::Input => new.add_input(name, ty)?,
+                ValueDef::Param(init) => new.add_param(name, ty, init.clone())?,
+                ValueDef::State(init) => new.add_state(name, ty, init.clone())?,
+            };
+            map[id.index()] = Some(copied);
+        }
+        Ok((new, map))
+    }
+
     /// How many times each value is used (as an operand, an output or an assign source).
     pub fn use_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.values.len()];

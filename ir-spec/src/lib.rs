@@ -7,7 +7,9 @@
 //! wgpu): it is the contract both the compiler and the runtime build against.
 
 pub use sinter_artifact::artifact;
+pub use sinter_artifact::generation;
 pub mod attr;
+pub mod decode;
 pub mod decompose;
 pub mod diag;
 pub mod expand;

@@ -120,7 +120,9 @@ pub(crate) fn declared_limits(r: &Requirements) -> Vec<LimitNeed> {
     r.limits().to_vec()
 }
 
-/// The adapter, device and queue a session runs on.
+/// The adapter, device and queue a session runs on (sessions loaded together share one: a clone
+/// is another handle to the same device).
+#[derive(Clone)]
 pub struct Gpu {
     pub(crate) adapter: wgpu::Adapter,
     pub(crate) device: wgpu::Device,

@@ -145,6 +145,22 @@ pub enum RuntimeError {
     Io(#[from] IoError),
     #[error("reading results back from the GPU failed: {0}")]
     Map(String),
+    #[error(
+        "artifacts `{graph}` and `{with}` cannot share their params and states: they do not hold \
+         the same ones at the same places"
+    )]
+    SharedPlaces { graph: String, with: String },
+    #[error(
+        "artifact `{graph}` is not a generation artifact; make one with `sinter compile \
+         --generate`"
+    )]
+    NotGeneration { graph: String },
+    /// Prompts a generator cannot take: none, of unequal lengths, tokens outside the vocabulary.
+    #[error("{0}")]
+    Prompt(String),
+    /// A sampling setting out of range, or logits it cannot sample from.
+    #[error("{0}")]
+    Sampling(String),
 }
 
 fn role_name(role: Role) -> &'static str {

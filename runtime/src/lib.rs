@@ -8,6 +8,8 @@
 //! states stay on the GPU between runs; [`Session::weights`] and [`Session::load_weights`] move
 //! them in and out, [`Session::save_weights`] as safetensors. A session loaded with
 //! [`AdapterChoice::profiling`] times every dispatch with GPU timestamps ([`Session::profile`]).
+//! A [`Generator`] runs a generation artifact's prefill and step programs over one set of
+//! arenas and samples tokens from them ([`generate`], [`sample`]).
 //!
 //! ```no_run
 //! use sinter_runtime::Session;
@@ -42,17 +44,21 @@ pub mod io;
 
 pub mod device;
 pub mod error;
+pub mod generate;
 #[cfg(not(target_arch = "wasm32"))]
 mod native;
 mod plan;
 pub mod profile;
 mod readback;
+pub mod sample;
 pub mod session;
 
 pub use device::{AdapterChoice, Gpu, adapter_name, describe_adapter, list_adapters};
 pub use error::RuntimeError;
+pub use generate::{Generator, Token};
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::{available_adapters, read_artifact};
 pub use profile::{DispatchTime, KernelTime, Profile, ProfileOptions, TimestampMode};
+pub use sample::{Sampler, Sampling};
 pub use session::{LoadReport, Outputs, Session};
 pub use sinter_artifact::artifact::Artifact;

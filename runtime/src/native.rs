@@ -9,8 +9,10 @@ use sinter_artifact::artifact::Artifact;
 
 use crate::device::{AdapterChoice, describe_adapter, list_adapters};
 use crate::error::RuntimeError;
+use crate::generate::{Generator, Token};
 use crate::io::{self, HostTensor};
 use crate::profile::{Profile, ProfileOptions};
+use crate::sample::Sampling;
 use crate::session::{Outputs, Session};
 
 /// Reads and checks an artifact file.
@@ -148,5 +150,40 @@ impl Session {
     pub fn load_weights_file(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
         let weights = io::read_safetensors(path.as_ref())?;
         self.load_weights(&weights)
+    }
+}
+
+impl Generator {
+    /// Loads a generation artifact on the adapter the environment selects.
+    pub fn load(artifact: Artifact) -> Result<Generator, RuntimeError> {
+        Generator::load_with(artifact, &AdapterChoice::from_env()?)
+    }
+
+    pub fn load_with(
+        artifact: Artifact,
+        choice: &AdapterChoice,
+    ) -> Result<Generator, RuntimeError> {
+        pollster::block_on(Generator::load_async(artifact, choice))
+    }
+
+    /// See [`Generator::start_async`].
+    pub fn start(&mut self, prompts: &[Vec<i32>]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        pollster::block_on(self.start_async(prompts))
+    }
+
+    /// See [`Generator::push_async`].
+    pub fn push(&mut self, next: &[i32]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        pollster::block_on(self.push_async(next))
+    }
+
+    /// See [`Generator::generate_async`].
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<i32>],
+        max_new: usize,
+        sampling: &Sampling,
+        on_token: impl FnMut(&Token) -> bool,
+    ) -> Result<Vec<Vec<i32>>, RuntimeError> {
+        pollster::block_on(self.generate_async(prompts, max_new, sampling, on_token))
     }
 }

@@ -272,6 +272,7 @@ mod tests {
             updated_in_place: vec![],
             memory: MemoryReport::default(),
             optimizer: None,
+            generation: None,
             blob: vec![],
         }
     }

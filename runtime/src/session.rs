@@ -132,38 +132,129 @@ impl Session {
     /// Picks an adapter as `choice` says, creates a device with what the artifact needs, and
     /// builds buffers, pipelines and bind groups.
     pub async fn load_async(
-        mut artifact: Artifact,
+        artifact: Artifact,
         choice: &AdapterChoice,
     ) -> Result<Session, RuntimeError> {
-        artifact.check()?;
-        plan::check(&artifact)?;
-        let mut limits = declared_limits(&artifact.requirements);
-        limits.extend(Plan::new(&artifact, MAX_UNIFORM_ALIGN).limits(&artifact));
-        let wants_subgroups = artifact.kernels.iter().any(|k| k.subgroup_wgsl.is_some());
-        let gpu = Gpu::request(choice, &artifact.requirements, &limits, wants_subgroups).await?;
-        if gpu.adapter_info().backend == wgpu::Backend::BrowserWebGpu {
-            check_no_aliased_arenas(&artifact)?;
-        }
-        if let Some(limit) = gpu.loop_limit() {
-            let over = artifact
-                .dispatches
-                .iter()
-                .enumerate()
-                .find(|(_, d)| d.loop_iterations > limit && !d.workgroups.contains(&0));
-            if let Some((dispatch, d)) = over {
-                return Err(RuntimeError::LoopLimit {
-                    kernel: artifact.kernels[d.kernel as usize].name.clone(),
-                    dispatch,
-                    iterations: d.loop_iterations,
-                    limit,
-                    adapter: gpu.describe(),
+        let mut sessions = Session::load_sharing_async(vec![artifact], choice).await?;
+        Ok(sessions.remove(0))
+    }
+
+    /// Loads several artifacts on one device over one set of arenas, each as its own session:
+    /// programs that share their params and states (a generation artifact's prefill and step,
+    /// see [`crate::generate`]). Every artifact must hold the params and states of the first at
+    /// the same places; the first one's slots give the initial values, the others give none.
+    /// The arenas are as large as the largest artifact needs; runs of the sessions must not
+    /// overlap (they do not: one queue runs submissions in order).
+    pub async fn load_sharing_async(
+        mut artifacts: Vec<Artifact>,
+        choice: &AdapterChoice,
+    ) -> Result<Vec<Session>, RuntimeError> {
+        let Some(first) = artifacts.first() else {
+            return Ok(Vec::new());
+        };
+        let places = persistent_places(first);
+        for a in &artifacts {
+            a.check()?;
+            plan::check(a)?;
+            if persistent_places(a) != places {
+                return Err(RuntimeError::SharedPlaces {
+                    graph: a.graph.clone(),
+                    with: first.graph.clone(),
                 });
             }
         }
+        let mut requirements = first.requirements.clone();
+        let mut limits = Vec::new();
+        for a in &artifacts {
+            for f in &a.requirements.features {
+                if !requirements.features.contains(f) {
+                    requirements.features.push(f.clone());
+                }
+            }
+            limits.extend(declared_limits(&a.requirements));
+            limits.extend(Plan::new(a, MAX_UNIFORM_ALIGN).limits(a));
+        }
+        let wants_subgroups =
+            (artifacts.iter().flat_map(|a| &a.kernels)).any(|k| k.subgroup_wgsl.is_some());
+        let gpu = Gpu::request(choice, &requirements, &limits, wants_subgroups).await?;
+        for a in &artifacts {
+            check_on_device(&gpu, a)?;
+        }
+        let mut sizes: Vec<u64> = Vec::new();
+        for a in &artifacts {
+            for (i, arena) in a.arenas.iter().enumerate() {
+                match sizes.get_mut(i) {
+                    Some(s) => *s = (*s).max(arena.size_bytes),
+                    None => sizes.push(arena.size_bytes),
+                }
+            }
+        }
+        let (arenas, err) = gpu
+            .capture(|| {
+                let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+                let poison = gpu.poison_arenas;
+                let arenas: Vec<_> = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &size)| {
+                        let arena = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some(&format!("arena{i}")),
+                            size: buffer_size(size),
+                            usage: wgpu::BufferUsages::STORAGE | copy,
+                            mapped_at_creation: false,
+                        });
+                        if poison {
+                            let words = (buffer_size(size) / WORD_BYTES) as usize;
+                            let nan = f32::NAN.to_bits().to_le_bytes();
+                            gpu.queue.write_buffer(&arena, 0, &nan.repeat(words));
+                        }
+                        arena
+                    })
+                    .collect();
+                for a in &artifacts {
+                    for t in &a.tensors {
+                        let arena = &arenas[t.arena as usize];
+                        if let Some((off, len)) = t.init.filter(|&(_, len)| len > 0) {
+                            let bytes = &a.blob[off as usize..(off + len) as usize];
+                            gpu.queue.write_buffer(arena, t.offset, &padded(bytes));
+                        }
+                        // buffers start zeroed (unless poisoned), so a zeros initializer
+                        // costs nothing
+                        if let Some(fill) = t.fill.as_ref().filter(|f| poison || **f != Init::Zeros)
+                            && t.size_bytes() > 0
+                        {
+                            let bytes = sinter_artifact::init::initial_bytes(&t.ty, fill);
+                            gpu.queue.write_buffer(arena, t.offset, &padded(&bytes));
+                        }
+                    }
+                }
+                arenas
+            })
+            .await;
+        if let Some(message) = err {
+            return Err(RuntimeError::Gpu {
+                during: "creating buffers",
+                message,
+            });
+        }
+        let mut sessions = Vec::with_capacity(artifacts.len());
+        for mut a in artifacts.drain(..) {
+            a.blob = Vec::new();
+            sessions.push(Session::build(gpu.clone(), arenas.clone(), a).await?);
+        }
+        Ok(sessions)
+    }
+
+    /// The rest of loading, over a device and arenas made (and initialized) already: the param
+    /// blocks, the input, output and assign buffers, the pipelines and the bind groups.
+    async fn build(
+        gpu: Gpu,
+        arenas: Vec<wgpu::Buffer>,
+        artifact: Artifact,
+    ) -> Result<Session, RuntimeError> {
         let align = u64::from(gpu.device.limits().min_uniform_buffer_offset_alignment);
         let plan = Plan::new(&artifact, align);
         let device = &gpu.device;
-
         let (buffers, err) = gpu
             .capture(|| {
                 let buffer = |label: &str, bytes: u64, usage| {
@@ -175,44 +266,12 @@ impl Session {
                     })
                 };
                 let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-                let poison = gpu.poison_arenas;
-                let arenas: Vec<_> = artifact
-                    .arenas
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| {
-                        let label = format!("arena{i}");
-                        let arena =
-                            buffer(&label, a.size_bytes, wgpu::BufferUsages::STORAGE | copy);
-                        if poison {
-                            let words = (buffer_size(a.size_bytes) / WORD_BYTES) as usize;
-                            let nan = f32::NAN.to_bits().to_le_bytes();
-                            gpu.queue.write_buffer(&arena, 0, &nan.repeat(words));
-                        }
-                        arena
-                    })
-                    .collect();
                 let params = buffer(
                     "param blocks",
                     plan.uniform.len() as u64,
                     wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                 );
                 gpu.queue.write_buffer(&params, 0, &plan.uniform);
-                for t in &artifact.tensors {
-                    let arena = &arenas[t.arena as usize];
-                    if let Some((off, len)) = t.init.filter(|&(_, len)| len > 0) {
-                        let bytes = &artifact.blob[off as usize..(off + len) as usize];
-                        gpu.queue.write_buffer(arena, t.offset, &padded(bytes));
-                    }
-                    // buffers start zeroed (unless poisoned), so a zeros initializer costs
-                    // nothing
-                    if let Some(fill) = t.fill.as_ref().filter(|f| poison || **f != Init::Zeros)
-                        && t.size_bytes() > 0
-                    {
-                        let bytes = sinter_artifact::init::initial_bytes(&t.ty, fill);
-                        gpu.queue.write_buffer(arena, t.offset, &padded(&bytes));
-                    }
-                }
                 let some = |n: u64| n > 0;
                 let upload =
                     some(plan.inputs.bytes).then(|| buffer("inputs", plan.inputs.bytes, copy));
@@ -225,7 +284,7 @@ impl Session {
                 });
                 let scratch = (plan.stage_assigns && some(plan.assign_bytes))
                     .then(|| buffer("assign scratch", plan.assign_bytes, copy));
-                (arenas, params, upload, readback, scratch)
+                (params, upload, readback, scratch)
             })
             .await;
         if let Some(message) = err {
@@ -234,8 +293,7 @@ impl Session {
                 message,
             });
         }
-        let (arenas, params, upload, readback, scratch) = buffers;
-        artifact.blob = Vec::new();
+        let (params, upload, readback, scratch) = buffers;
 
         // Layouts and pipelines, each kernel in its own error scope so failures name it.
         let mut layouts: Vec<(wgpu::BindGroupLayout, wgpu::PipelineLayout)> = Vec::new();
@@ -828,6 +886,41 @@ impl Session {
             }),
         }
     }
+}
+
+/// The params and states of an artifact with their places, by name.
+fn persistent_places(a: &Artifact) -> Vec<(&str, Role, &sinter_artifact::TensorType, u32, u64)> {
+    let mut places: Vec<_> = (a.tensors.iter())
+        .filter(|t| matches!(t.role, Role::Param | Role::State))
+        .map(|t| (t.name.as_str(), t.role, &t.ty, t.arena, t.offset))
+        .collect();
+    places.sort_by(|x, y| x.0.cmp(y.0));
+    places
+}
+
+/// What an artifact needs of the device beyond features and limits: no arena bound twice in a
+/// browser, and no dispatch past a driver's loop cap.
+fn check_on_device(gpu: &Gpu, artifact: &Artifact) -> Result<(), RuntimeError> {
+    if gpu.adapter_info().backend == wgpu::Backend::BrowserWebGpu {
+        check_no_aliased_arenas(artifact)?;
+    }
+    if let Some(limit) = gpu.loop_limit() {
+        let over = artifact
+            .dispatches
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.loop_iterations > limit && !d.workgroups.contains(&0));
+        if let Some((dispatch, d)) = over {
+            return Err(RuntimeError::LoopLimit {
+                kernel: artifact.kernels[d.kernel as usize].name.clone(),
+                dispatch,
+                iterations: d.loop_iterations,
+                limit,
+                adapter: gpu.describe(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The contract the compiler found for a tensor (see `TensorSlot::index_bound` and

@@ -82,6 +82,7 @@ fn chain(d: u32) -> Artifact {
         updated_in_place: vec![],
         memory: MemoryReport::default(),
         optimizer: None,
+        generation: None,
         blob: vec![],
     }
 }

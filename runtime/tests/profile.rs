@@ -95,6 +95,7 @@ fn chain(steps: &[(u32, u32)]) -> Artifact {
         updated_in_place: vec![],
         memory: MemoryReport::default(),
         optimizer: None,
+        generation: None,
         blob: vec![],
     }
 }

@@ -124,6 +124,7 @@ fn artifact(arena_bytes: &[u64]) -> Artifact {
         updated_in_place: vec![],
         memory: MemoryReport::default(),
         optimizer: None,
+        generation: None,
         blob: vec![],
     }
 }

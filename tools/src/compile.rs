@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use sinter_cli::flags::{Attention, FlashBackward, FlashTile, Precision, TargetArgs};
+use sinter_cli::flags::{
+    Attention, FlashBackward, FlashTile, GenerationFlags, Precision, TargetArgs,
+};
 
 use clap::builder::PossibleValuesParser;
 use sinter_compiler::{Options, Pass};
@@ -58,6 +60,14 @@ pub struct Args {
     /// DIR/before.dot and DIR/after.dot (`dot -Tsvg DIR/after.dot -o after.svg`).
     #[arg(long, value_name = "DIR")]
     dot: Option<PathBuf>,
+    /// Compile a generation artifact for `sinter generate`: the prefill and one-token step
+    /// programs that the compiler derives from the program's forward part, with key/value
+    /// caches (`--dump-after decode` prints them).
+    #[arg(long)]
+    generate: bool,
+    /// With --generate: what to derive.
+    #[command(flatten)]
+    generation: GenerationFlags,
 }
 
 fn pass_names() -> PossibleValuesParser {
@@ -97,6 +107,37 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         precision: args.precision.into(),
         ..Options::default()
     };
+    if args.generate {
+        return compile_generation(args, &graph, &options, &program.weights);
+    }
+    if options.dump_after.contains(&Pass::Decode) && !args.dump_after.iter().any(|p| p == "all") {
+        return Err(CliError::Arg(
+            "--dump-after decode prints the programs a generation artifact derives: add \
+             --generate"
+                .into(),
+        ));
+    }
+    let defaults = GenerationFlags {
+        ids: "ids".into(),
+        logits: "logits".into(),
+        batch: 1,
+        prefill: None,
+    };
+    let g = &args.generation;
+    if (&g.ids, &g.logits, g.batch, g.prefill)
+        != (
+            &defaults.ids,
+            &defaults.logits,
+            defaults.batch,
+            defaults.prefill,
+        )
+    {
+        return Err(CliError::Arg(
+            "--ids, --logits, --batch and --prefill describe a generation artifact: add \
+             --generate"
+                .into(),
+        ));
+    }
     let (early_dumps, compiled) = sinter_compiler::compile_keeping_dumps(&graph, &options);
     let dumps = match &compiled {
         Ok(c) => &c.dumps,
@@ -135,6 +176,68 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         source,
     })?;
     console::println(&summary(&artifact, &args.output.display().to_string()))
+}
+
+/// `sinter compile --generate`: the derived programs compiled into one generation artifact.
+fn compile_generation(
+    args: &Args,
+    graph: &sinter_ir::Graph,
+    options: &Options,
+    weights: &[(String, sinter_ir::interp::Tensor)],
+) -> Result<(), CliError> {
+    let mut dumps = Vec::new();
+    // an imported model's state values (its mask buffer), which the causal check may read
+    let states = (weights.iter())
+        .filter(|(name, _)| {
+            (graph.lookup(name))
+                .is_some_and(|v| matches!(graph.value(v).def, sinter_ir::ValueDef::State(_)))
+        })
+        .cloned()
+        .collect();
+    let compiled = sinter_compiler::generation::compile_generation(
+        graph,
+        &args.generation.spec(),
+        &states,
+        options,
+        &mut dumps,
+    );
+    for (title, text) in &dumps {
+        console::println(&format!("# ==== after {title} ===="))?;
+        console::print(text)?;
+        if !text.ends_with('\n') {
+            console::println("")?;
+        }
+    }
+    let compiled = compiled.map_err(crate::generate::generation_error)?;
+    for warning in &compiled.warnings {
+        console::eprintln(&format!("warning: {warning}"));
+    }
+    let mut artifact = compiled.artifact;
+    crate::import::embed_weights(&mut artifact, weights);
+    std::fs::write(&args.output, artifact.to_bytes()).map_err(|source| CliError::WriteFile {
+        path: args.output.clone(),
+        source,
+    })?;
+    let info = &compiled.decoder.info;
+    let prefill = &artifact
+        .generation
+        .as_ref()
+        .expect("a generation artifact")
+        .prefill;
+    console::println(&format!(
+        "compiled generation of `{}` (context {}, batch {}, prefill {}, vocabulary {}, {} \
+         caches): prefill {} dispatches, step {} dispatches, arena {} -> {}",
+        graph.name,
+        info.context,
+        info.batch,
+        info.prefill,
+        info.vocab,
+        info.caches.len(),
+        prefill.dispatches.len(),
+        artifact.dispatches.len(),
+        units::bytes(artifact.memory.peak_bytes.max(prefill.memory.peak_bytes)),
+        args.output.display()
+    ))
 }
 
 /// `compiled `mlp`: 5 kernels, 10 dispatches, arena 99.4 KiB (lower bound 99.4 KiB, 1.00x) -> PATH`

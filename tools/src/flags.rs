@@ -145,3 +145,35 @@ impl From<Precision> for sinter_compiler::precision::Precision {
         }
     }
 }
+
+/// What `sinter compile --generate` and `sinter generate` derive (see
+/// [`sinter_ir::decode::DecodeSpec`]).
+#[derive(Clone, Debug, clap::Args)]
+pub struct GenerationFlags {
+    /// The program's token ids, an input i32[batch, positions].
+    #[arg(long, default_value = "ids", value_name = "NAME")]
+    pub ids: String,
+    /// The program's next-token logits ([batch, positions, vocabulary], or [batch * positions,
+    /// vocabulary]); in a training program, the value before the loss.
+    #[arg(long, default_value = "logits", value_name = "NAME")]
+    pub logits: String,
+    /// Sequences generated at once (each from the prompt).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
+    /// Tokens the prefill program takes at once (default: the program's context length); a
+    /// shorter prompt is padded, a longer one continued one token at a time.
+    #[arg(long, value_name = "N")]
+    pub prefill: Option<usize>,
+}
+
+impl GenerationFlags {
+    pub fn spec(&self) -> sinter_ir::decode::DecodeSpec {
+        sinter_ir::decode::DecodeSpec {
+            ids: self.ids.clone(),
+            logits: self.logits.clone(),
+            batch: Some(self.batch as usize),
+            prefill: self.prefill,
+        }
+    }
+}

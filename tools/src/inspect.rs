@@ -165,6 +165,10 @@ fn artifact_json(artifact: &Artifact) -> Value {
         "updated_in_place": artifact.updated_in_place,
         "requirements": artifact.requirements,
         "optimizer": artifact.optimizer,
+        "generation": artifact.generation.as_ref().map(|g| json!({
+            "info": g.info,
+            "prefill": artifact_json(&g.prefill),
+        })),
     })
 }
 
@@ -457,6 +461,30 @@ fn listing(artifact: &Artifact, file: &Path) -> String {
             "\nupdated in place (a kernel writes the new value over the old): {}\n  {}",
             artifact.updated_in_place.len(),
             artifact.updated_in_place.join(", ")
+        );
+    }
+    if let Some(g) = &artifact.generation {
+        let (i, p) = (&g.info, &g.prefill);
+        let _ = writeln!(
+            s,
+            "\ngeneration: this is the one-token step of `{}` (context {}, batch {}, vocabulary \
+             {}); beside it the prefill program `{}` ({} tokens: {} kernels, {} dispatches, arena \
+             {}); ids `{}`, logits `{}`, step position `{}`, prefill last position `{}`; caches: \
+             {}",
+            artifact.graph.trim_end_matches("_step"),
+            i.context,
+            i.batch,
+            i.vocab,
+            p.graph,
+            i.prefill,
+            p.kernels.len(),
+            p.dispatches.len(),
+            crate::units::bytes(p.memory.peak_bytes),
+            i.ids,
+            i.logits,
+            i.position,
+            i.last,
+            i.caches.join(", ")
         );
     }
     s

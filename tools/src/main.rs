@@ -11,6 +11,7 @@ mod console;
 mod error;
 mod eval;
 mod feeds;
+mod generate;
 mod import;
 mod inspect;
 mod outputs;
@@ -53,6 +54,9 @@ enum Command {
     Train(Box<train::Args>),
     /// Import an ONNX model: write it as a .sir program and its weights as safetensors.
     Import(import::Args),
+    /// Write text with a language model: its prompt and continuation, one token at a time,
+    /// with a key/value cache that the compiler derives from the forward program.
+    Generate(Box<generate::Args>),
 }
 
 /// The optimizer makes and frees millions of small e-graph and program allocations; mimalloc
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args),
         Command::Train(args) => train::run(&args),
         Command::Import(args) => import::run(&args),
+        Command::Generate(args) => generate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

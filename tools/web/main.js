@@ -1,17 +1,29 @@
-// The training page: trains digits_mlp.sart on WebGPU through sinter-web's JavaScript API, plots
-// the loss as it goes, scores the held-out split with digits_mlp_eval.sart and classifies what
-// the user draws. `?steps=N&autostart` starts training on load (the end-to-end test uses it);
-// `window.sinter` reports progress to such a test.
-import init, { Session, readNpy } from "./pkg/sinter_web.js";
+// The training page, two tabs. Digits: trains digits_mlp.sart on WebGPU through sinter-web's
+// JavaScript API, plots the loss as it goes, scores the held-out split with
+// digits_mlp_eval.sart and classifies what the user draws. Text: trains the character model
+// (text_train.sart) and every few hundred steps hands its weights to the generation artifact
+// (text_generate.sart), which writes a continuation of the prompt token by token.
+// `?steps=N&autostart` starts the open tab's training on load (`?tab=text` opens the text tab;
+// the end-to-end test uses both); `window.sinter` reports progress to such a test.
+import init, { Generator, Session, readNpy } from "./pkg/sinter_web.js";
 
 const BATCH = 32;
 const PIXELS = 64;
 const CLASSES = 10;
 const READ_LOSS_EVERY = 10;
+/** The character model's batch of windows and their length (transformer_train.sir). */
+const TEXT_BATCH = 4;
+const TEXT_CONTEXT = 16;
+/** Characters written after the prompt each time. */
+const TEXT_WRITE = 120;
 
 const $ = (id) => document.getElementById(id);
 const query = new URLSearchParams(location.search);
-const report = (window.sinter = { state: "loading", losses: [] });
+const report = (window.sinter = {
+  state: "loading",
+  losses: [],
+  text: { state: "loading", losses: [], samples: [] },
+});
 
 function setStatus(text, isError = false) {
   $("status").textContent = text;
@@ -44,6 +56,39 @@ function shuffled(n, seed) {
     [order[i], order[j]] = [order[j], order[i]];
   }
   return order;
+}
+
+/** Batches of sample indices: each epoch a new order (seeded by its number), whole batches. */
+class Epochs {
+  constructor(count, batch) {
+    Object.assign(this, { count, batch, epoch: 1, next: 0 });
+    this.order = shuffled(count, 1);
+  }
+
+  /** The indices of the next batch. */
+  take() {
+    if (this.next + this.batch > this.count) {
+      this.order = shuffled(this.count, ++this.epoch);
+      this.next = 0;
+    }
+    this.next += this.batch;
+    return this.order.slice(this.next - this.batch, this.next);
+  }
+}
+
+/**
+ * Records a loss read at `step` of `steps` in `record`, plots it and shows it in `stats`; throws
+ * on a loss that is not finite, and lets the page paint.
+ */
+async function showLoss(chart, stats, record, step, steps, loss, seconds, epoch) {
+  record.losses.push([step, loss]);
+  record.stepsPerSecond = step / seconds;
+  chart.add(step, loss);
+  $(stats).textContent =
+    `step ${step}/${steps} · loss ${loss.toFixed(4)} · ` +
+    `${record.stepsPerSecond.toFixed(0)} steps/s · epoch ${epoch}`;
+  if (!Number.isFinite(loss)) throw new Error(`the loss is ${loss} at step ${step}`);
+  await new Promise((resolve) => setTimeout(resolve, 0));
 }
 
 /** The loss curve: one point per read loss, axes scaled to what has been seen. */
@@ -119,38 +164,21 @@ class Trainer {
     const count = trainSet.labels.shape[0];
     const x = new Float32Array(BATCH * PIXELS);
     const labels = new Int32Array(BATCH);
-    let epoch = 1;
-    let order = shuffled(count, epoch);
-    let next = 0;
+    const epochs = new Epochs(count, BATCH);
     this.chart.reset(steps);
     report.losses = [];
     report.state = "training";
     const start = performance.now();
     for (let step = 1; step <= steps; step++) {
-      if (next + BATCH > count) {
-        order = shuffled(count, ++epoch);
-        next = 0;
-      }
-      for (let i = 0; i < BATCH; i++) {
-        const sample = order[next + i];
+      epochs.take().forEach((sample, i) => {
         x.set(trainSet.x.data.subarray(sample * PIXELS, (sample + 1) * PIXELS), i * PIXELS);
         labels[i] = trainSet.labels.data[sample];
-      }
-      next += BATCH;
+      });
       const read = step % READ_LOSS_EVERY === 0 || step === steps ? ["loss"] : [];
       const out = await train.step({ x, labels }, read);
       if (out.loss) {
-        const loss = out.loss[0];
         const seconds = (performance.now() - start) / 1000;
-        report.losses.push([step, loss]);
-        report.stepsPerSecond = step / seconds;
-        this.chart.add(step, loss);
-        $("stats").textContent =
-          `step ${step}/${steps} · loss ${loss.toFixed(4)} · ` +
-          `${report.stepsPerSecond.toFixed(0)} steps/s · epoch ${epoch}`;
-        if (!Number.isFinite(loss)) throw new Error(`the loss is ${loss} at step ${step}`);
-        // Let the page paint.
-        await new Promise((resolve) => setTimeout(resolve, 0));
+        await showLoss(this.chart, "stats", report, step, steps, out.loss[0], seconds, epochs.epoch);
       }
     }
     report.seconds = (performance.now() - start) / 1000;
@@ -293,6 +321,110 @@ function showProbabilities(probabilities) {
   $("prediction").textContent = `It looks like a ${best}.`;
 }
 
+/** The character model: training, and writing with the generation artifact. */
+class TextTrainer {
+  constructor(train, generator, ids, targets, vocab) {
+    Object.assign(this, { train, generator, ids, targets, vocab });
+    this.index = new Map(vocab.map((piece, i) => [piece, i]));
+    this.chart = new LossChart($("text-loss"));
+  }
+
+  /** Token ids of `text`, one per character (the vocabulary's pieces are characters). */
+  encode(text) {
+    const ids = [];
+    for (const c of text) {
+      const id = this.index.get(c);
+      if (id === undefined) {
+        throw new Error(`the prompt's character ${JSON.stringify(c)} is not in the model's vocabulary`);
+      }
+      ids.push(id);
+    }
+    if (ids.length === 0) throw new Error("the prompt is empty");
+    return Int32Array.from(ids);
+  }
+
+  async run(steps, every) {
+    const { train, ids, targets } = this;
+    const count = ids.shape[0];
+    const batchIds = new Int32Array(TEXT_BATCH * TEXT_CONTEXT);
+    const batchTargets = new Int32Array(TEXT_BATCH * TEXT_CONTEXT);
+    const epochs = new Epochs(count, TEXT_BATCH);
+    const text = report.text;
+    text.losses = [];
+    text.samples = [];
+    text.state = "training";
+    $("text-history").replaceChildren();
+    this.chart.reset(steps);
+    const start = performance.now();
+    let writing = 0; // milliseconds spent writing, not training
+    for (let step = 1; step <= steps; step++) {
+      epochs.take().forEach((window, i) => {
+        const at = window * TEXT_CONTEXT;
+        batchIds.set(ids.data.subarray(at, at + TEXT_CONTEXT), i * TEXT_CONTEXT);
+        batchTargets.set(targets.data.subarray(at, at + TEXT_CONTEXT), i * TEXT_CONTEXT);
+      });
+      const write = step % every === 0 || step === steps;
+      const read = step % READ_LOSS_EVERY === 0 || write ? ["loss"] : [];
+      const out = await train.step({ ids: batchIds, targets: batchTargets }, read);
+      if (out.loss) {
+        const seconds = (performance.now() - start - writing) / 1000;
+        const loss = out.loss[0];
+        await showLoss(this.chart, "text-stats", text, step, steps, loss, seconds, epochs.epoch);
+      }
+      if (write) {
+        const t = performance.now();
+        await this.write(step);
+        writing += performance.now() - t;
+      }
+    }
+    text.seconds = (performance.now() - start) / 1000;
+    text.steps = steps;
+    text.state = "done";
+  }
+
+  /** Copies the training step's params into the generator and writes after the prompt. */
+  async write(step) {
+    const { train, generator, vocab } = this;
+    const names = generator.weights.map((w) => w.name);
+    generator.importWeights(await train.exportWeights(names));
+    const prompt = $("text-prompt").value;
+    const ids = this.encode(prompt);
+    const temperature = Number($("text-temperature").value);
+    const pre = $("text-sample");
+    let written = prompt;
+    pre.textContent = written;
+    let first = null;
+    await generator.generate(ids, TEXT_WRITE, { temperature, seed: step }, (token) => {
+      first ??= performance.now();
+      written += vocab[token];
+      pre.textContent = written;
+    });
+    const seconds = (performance.now() - first) / 1000;
+    const speed = (TEXT_WRITE - 1) / seconds;
+    $("text-speed").textContent =
+      `after ${step} steps · ${speed.toFixed(0)} characters/s (one GPU submission each)`;
+    report.text.samples.push({ step, text: written, charactersPerSecond: speed });
+    const item = document.createElement("li");
+    item.textContent = `step ${step}: ${written}`;
+    $("text-history").append(item);
+  }
+}
+
+/** Shows one tab's panel. */
+function showTab(name) {
+  for (const tab of ["digits", "text"]) {
+    $(tab).hidden = tab !== name;
+    $(`tab-${tab}`).setAttribute("aria-selected", String(tab === name));
+  }
+}
+
+async function fetchVocabulary(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`cannot fetch ${url}: HTTP ${response.status}`);
+  const lines = (await response.text()).split("\n").filter((line) => line.length > 0);
+  return lines.map((line) => JSON.parse(line));
+}
+
 async function main() {
   await init();
   if (!navigator.gpu) {
@@ -301,6 +433,10 @@ async function main() {
         "--enable-unsafe-webgpu), over http://localhost or https",
     );
   }
+  const tab = query.get("tab") === "text" ? "text" : "digits";
+  showTab(tab);
+  $("tab-digits").addEventListener("click", () => showTab("digits"));
+  $("tab-text").addEventListener("click", () => showTab("text"));
   const [train, scoring, trainX, trainLabels, testX, testLabels] = await Promise.all([
     Session.fromUrl("artifacts/digits_mlp.sart"),
     Session.fromUrl("artifacts/digits_mlp_eval.sart"),
@@ -309,6 +445,14 @@ async function main() {
     fetchNpy("data/test/x.npy"),
     fetchNpy("data/test/labels.npy"),
   ]);
+  const [textTrain, textGenerator, textIds, textTargets, vocab] = await Promise.all([
+    Session.fromUrl("artifacts/text_train.sart"),
+    Generator.fromUrl("artifacts/text_generate.sart"),
+    fetchNpy("data/text/ids.npy"),
+    fetchNpy("data/text/targets.npy"),
+    fetchVocabulary("data/text/vocab.txt"),
+  ]);
+  const text = new TextTrainer(textTrain, textGenerator, textIds, textTargets, vocab);
   const trainer = new Trainer(
     train,
     scoring,
@@ -317,7 +461,8 @@ async function main() {
   );
   report.classify = (pixels) => trainer.classify(pixels);
   $("adapter").textContent = `on ${train.adapter}`;
-  if (query.has("steps")) $("steps").value = query.get("steps");
+  if (query.has("steps")) $(tab === "text" ? "text-steps" : "steps").value = query.get("steps");
+  if (query.has("every")) $("text-every").value = query.get("every");
   const start = async () => {
     $("train").disabled = true;
     setStatus("Training…");
@@ -335,14 +480,50 @@ async function main() {
     if (trainer.trained) showProbabilities(await trainer.classify(pixels));
   });
   $("clear").addEventListener("click", () => pad.clear());
+  const textButtons = ["text-train", "text-write"];
+  const busy = (on) => textButtons.forEach((id) => ($(id).disabled = on));
+  const startText = async () => {
+    busy(true);
+    setStatus("Training the language model…");
+    try {
+      await text.run(Number($("text-steps").value), Number($("text-every").value));
+      setStatus("Trained. Change the prompt and write again.");
+    } catch (e) {
+      failText(e);
+    } finally {
+      busy(false);
+    }
+  };
+  $("text-train").addEventListener("click", startText);
+  $("text-write").addEventListener("click", async () => {
+    busy(true);
+    try {
+      await text.write(report.text.steps ?? 0);
+      setStatus("Written.");
+    } catch (e) {
+      failText(e);
+    } finally {
+      busy(false);
+    }
+  });
   $("train").disabled = false;
+  busy(false);
   report.state = "ready";
+  report.text.state = "ready";
   setStatus("Ready.");
-  if (query.has("autostart")) await start();
+  if (query.has("autostart")) await (tab === "text" ? startText() : start());
+}
+
+function failText(e) {
+  report.text.state = "error";
+  report.text.error = String(e?.message ?? e);
+  setStatus(`Error: ${report.text.error}`, true);
+  console.error(e);
 }
 
 function fail(e) {
   report.state = "error";
+  report.text.state = "error";
   report.error = String(e?.message ?? e);
   setStatus(`Error: ${report.error}`, true);
   console.error(e);

@@ -62,6 +62,10 @@ pub struct Artifact {
     /// What the e-graph optimizer did (absent when it did not run).
     #[serde(default)]
     pub optimizer: Option<OptimizerSummary>,
+    /// For a generation artifact (this is its one-token step): the prefill program beside it
+    /// and what a generation loop needs (see [`crate::generation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<Box<crate::generation::Generation>>,
     /// Initial values of params and states (referenced by [`TensorSlot::init`]).
     #[serde(skip)]
     pub blob: Vec<u8>,
@@ -528,6 +532,9 @@ impl Artifact {
                 return bad(format!("`{name}` is updated twice"));
             }
         }
+        if let Some(generation) = &self.generation {
+            generation.check(self)?;
+        }
         Ok(())
     }
 
@@ -631,6 +638,7 @@ mod tests {
             updated_in_place: vec![],
             memory: MemoryReport::default(),
             optimizer: None,
+            generation: None,
             blob: vec![7; 16],
         }
     }

@@ -3,6 +3,7 @@
 //! nothing of the IR's ops, parser or interpreter, so a runtime can depend on it alone.
 
 pub mod artifact;
+pub mod generation;
 pub mod init;
 pub mod types;
 

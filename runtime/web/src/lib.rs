@@ -18,6 +18,12 @@
 //! // safetensors bytes of the params the eval graph has (the training graph adds AdamW's states)
 //! evalSession.importWeights(await train.exportWeights(evalSession.weights.map((w) => w.name)));
 //! const { logits } = await evalSession.run({ x: testX, labels: testLabels });
+//!
+//! // a language model's generation artifact (`sinter compile --generate --browser`)
+//! const gen = await Generator.fromUrl("lm_generate.sart");
+//! gen.importWeights(await lmTrain.exportWeights(gen.weights.map((w) => w.name)));
+//! const [tokens] = await gen.generate(Int32Array.from(promptIds), 100,
+//!   { temperature: 0.8, topK: 10, seed: 1 }, (token) => output.append(vocab[token]));
 //! ```
 //!
 //! Tensors cross as flat typed arrays in C order: `Float32Array` for `f32`, `Int32Array` for
@@ -33,6 +39,7 @@
 
 mod convert;
 mod error;
+mod generate;
 
 use std::path::Path;
 
@@ -45,6 +52,7 @@ use wasm_bindgen_futures::JsFuture;
 
 pub use convert::{tensor_info, typed_array};
 pub use error::WebError;
+pub use generate::Generator;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &str = r#"
@@ -90,7 +98,7 @@ extern "C" {
 }
 
 /// Fetches `url` as bytes.
-async fn fetch_bytes(url: &str) -> Result<Vec<u8>, WebError> {
+pub(crate) async fn fetch_bytes(url: &str) -> Result<Vec<u8>, WebError> {
     let failed = |reason: String| WebError::Fetch {
         url: url.to_string(),
         reason,
@@ -239,7 +247,7 @@ impl Session {
 }
 
 /// What safetensors bytes are called in error messages (they have no file name).
-const WEIGHTS_NAME: &str = "the safetensors bytes";
+pub(crate) const WEIGHTS_NAME: &str = "the safetensors bytes";
 
 impl Session {
     /// Parses, checks and loads an artifact on the browser's default adapter.

@@ -9,7 +9,7 @@
 
 use js_sys::{Array, Float32Array, Int32Array, Object, Reflect, Uint8Array};
 use sinter_runtime::io::{self, HostTensor, TensorData};
-use sinter_web::{Session, typed_array};
+use sinter_web::{Generator, Session, typed_array};
 use std::path::Path;
 use wasm_bindgen::{JsCast, JsError, JsValue};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -346,4 +346,137 @@ fn read_npy_gives_dtype_shape_and_data() {
         .map(message)
         .unwrap_or_default();
     assert!(err.starts_with("bad.npy is not a .npy file"), "{err}");
+}
+
+fn ints(t: &HostTensor) -> &[i32] {
+    match &t.data {
+        TensorData::I32(v) => v,
+        TensorData::F32(_) => panic!("not i32"),
+    }
+}
+
+fn rows(value: &Array) -> Vec<Vec<f32>> {
+    value.iter().map(|r| floats(&r)).collect()
+}
+
+/// Logits against the interpreter's, relative to their largest magnitude (the errors of f32
+/// through a few layers add up in the small logits).
+fn assert_logits(what: &str, got: &[f32], want: &HostTensor) {
+    let TensorData::F32(want) = &want.data else {
+        panic!("{what}: the reference is not f32");
+    };
+    let scale = want.iter().fold(1.0f32, |m, w| m.max(w.abs()));
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
+    assert!(
+        err <= 1e-3 * scale,
+        "{what}: the browser's logits differ from the interpreter's by {err} (largest {scale})"
+    );
+}
+
+fn argmax(row: &[f32]) -> i32 {
+    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as i32
+}
+
+#[wasm_bindgen_test]
+async fn a_generation_artifact_gives_the_forward_programs_logits_token_by_token() {
+    let ids = npy("ids", fixture!("lm/ids.npy"));
+    let want = npy("logits", fixture!("lm/logits.npy"));
+    let TensorData::F32(want) = &want.data else {
+        panic!("the reference logits are not f32");
+    };
+    let (t, v) = (12, 24);
+    let mut generator = Generator::from_bytes(fixture!("lm_generate.sart").to_vec())
+        .await
+        .map_err(message)
+        .expect("loads");
+    assert_eq!(
+        (generator.context(), generator.batch(), generator.vocab()),
+        (12, 1, 24)
+    );
+    for seq in 0..2 {
+        let tokens = &ints(&ids)[seq * t..(seq + 1) * t];
+        let at = |pos: usize| {
+            let start = (seq * t + pos) * v;
+            HostTensor::f32(vec![v], want[start..start + v].to_vec())
+        };
+        // five prompt tokens: four through the prefill, one through the step
+        let prompt = Int32Array::from(&tokens[..5]);
+        let logits = generator
+            .start(prompt.into())
+            .await
+            .map_err(message)
+            .expect("runs");
+        assert_logits(
+            &format!("sequence {seq} after 5"),
+            &rows(&logits)[0],
+            &at(4),
+        );
+        for pos in 5..t {
+            let next = Int32Array::from(&tokens[pos..=pos]);
+            let logits = generator.push(next).await.map_err(message).expect("runs");
+            assert_logits(
+                &format!("sequence {seq} after {}", pos + 1),
+                &rows(&logits)[0],
+                &at(pos),
+            );
+        }
+    }
+    // `generate` streams the greedy tokens that `start` and `push` give
+    let prompt = &ints(&ids)[..3];
+    let mut expected = Vec::new();
+    let mut logits = rows(
+        &generator
+            .start(Int32Array::from(prompt).into())
+            .await
+            .map_err(message)
+            .expect("runs"),
+    );
+    for _ in 0..4 {
+        let token = argmax(&logits[0]);
+        expected.push(token);
+        let next = Int32Array::from(&[token][..]);
+        logits = rows(&generator.push(next).await.map_err(message).expect("runs"));
+    }
+    let streamed = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let sink = streamed.clone();
+    let on_token = wasm_bindgen::closure::Closure::<dyn FnMut(i32, i32, i32)>::new(
+        move |token: i32, sequence: i32, index: i32| {
+            sink.borrow_mut().push((token, sequence, index))
+        },
+    );
+    let options = Object::new();
+    Reflect::set(&options, &"temperature".into(), &0.0.into()).expect("a plain object");
+    let written = generator
+        .generate(
+            Int32Array::from(prompt).into(),
+            4,
+            Some(options),
+            Some(
+                on_token
+                    .as_ref()
+                    .unchecked_ref::<js_sys::Function>()
+                    .clone(),
+            ),
+        )
+        .await
+        .map_err(message)
+        .expect("generates");
+    let written: Vec<i32> = Int32Array::from(written.get(0)).to_vec();
+    assert_eq!(written, expected);
+    let order: Vec<(i32, i32, i32)> = (0..4).map(|i| (expected[i], 0, i as i32)).collect();
+    assert_eq!(*streamed.borrow(), order);
+    // a plain artifact is not a generation artifact
+    let err = Generator::from_bytes(fixture!("mlp.sart").to_vec())
+        .await
+        .err()
+        .map(message);
+    assert_eq!(
+        err.as_deref(),
+        Some(
+            "artifact `mlp` is not a generation artifact; make one with `sinter compile --generate`"
+        )
+    );
 }

@@ -32,3 +32,12 @@ cnn cnn $inputs/cnn
 digits_mlp digits_mlp $inputs/batch32
 digits_mlp_eval digits_mlp_eval $examples/data/digits/test
 LIST
+# a generation artifact of a small Llama-shaped model (one sequence, a prefill of 4 tokens) and
+# the interpreter's logits of its forward program at every position of two sequences; attention
+# unfused: headless Chromium's WebGPU (SwiftShader) loses its device on the flash-attention
+# kernels (ARCHITECTURE.md, runtime/web)
+llama=$root/ir-spec/tests/decode/llama_tiny.sir
+"${sinter[@]}" compile --browser --attention unfused --generate "$llama" --batch 1 --prefill 4 \
+  -o "$out/lm_generate.sart" >/dev/null
+"${sinter[@]}" eval "$llama" --input "ids=$inputs/decode/ids.npy" --out "$out/lm" >/dev/null
+cp "$inputs/decode/ids.npy" "$out/lm/"

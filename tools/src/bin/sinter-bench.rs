@@ -18,6 +18,10 @@
 //!   generated training step (`tools/src/gpt.rs`, `tools/src/llama.rs`): compile time, the
 //!   first two losses, time per step and the kernel profile; the folder it writes is what
 //!   `bench/gpt_torch.py` and `bench/llama_torch.py` read.
+//! - `sinter-bench generate [--batch 1,8] [--prompt-tokens 512] [--new-tokens 256]
+//!   [--program FILE.sir] [--profile]`: text generation with the derived prefill and step
+//!   programs, GPT-2 small's shape by default (see `bench/generate.rs`); prefill time, decoding
+//!   tokens per second, the step checked against the prefill.
 //! - `sinter-bench scaling [--nodes 10000]`: compile time of generated programs at N and 4N
 //!   nodes (a chain of relus, a training step through a chain); fails when 4N takes more than
 //!   `--max-ratio` (8) times as long as N, which a quadratic pass would.
@@ -35,8 +39,11 @@ use clap::{Parser, Subcommand};
 
 #[path = "bench/attention.rs"]
 mod attention;
+#[path = "bench/generate.rs"]
+mod generate;
 #[path = "bench/scaling.rs"]
 mod scaling;
+use sinter_cli::gpt::GptConfig;
 use sinter_compiler::matmul::Tile;
 use sinter_ir::DType;
 use sinter_ir::artifact::Artifact;
@@ -79,22 +86,46 @@ enum Command {
     /// An attention's forward and backward per sequence length, once per attention policy
     /// (flash kernels, unfused, the cost model's pick), results checked against each other.
     Attention(attention::AttentionArgs),
+    /// Text generation with the derived prefill and step programs: prefill time and decoding
+    /// tokens per second per batch size (GPT-2-style model, or any program).
+    Generate(generate::GenerateArgs),
 }
 
+/// The shape of a GPT-2-style model (`sinter_cli::gpt`) but its context and batch; GPT-2
+/// small's by default, with a vocabulary of 2048.
 #[derive(clap::Args)]
-struct GptArgs {
+struct GptShape {
     #[arg(long, default_value_t = 12)]
     layers: usize,
     #[arg(long, default_value_t = 768)]
     width: usize,
     #[arg(long, default_value_t = 12)]
     heads: usize,
+    #[arg(long, default_value_t = 2048)]
+    vocab: usize,
+}
+
+impl GptShape {
+    fn config(&self, context: usize, batch: usize) -> GptConfig {
+        GptConfig {
+            layers: self.layers,
+            width: self.width,
+            heads: self.heads,
+            context,
+            batch,
+            vocab: self.vocab,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct GptArgs {
+    #[command(flatten)]
+    shape: GptShape,
     #[arg(long, default_value_t = 512)]
     context: usize,
     #[arg(long, default_value_t = 4)]
     batch: usize,
-    #[arg(long, default_value_t = 2048)]
-    vocab: usize,
     #[command(flatten)]
     step: StepArgs,
 }
@@ -252,6 +283,7 @@ fn main() -> ExitCode {
         Command::Llama(args) => llama(args, &out),
         Command::Scaling(args) => scaling::scaling(args, &out),
         Command::Attention(args) => attention::attention(args, &out),
+        Command::Generate(args) => generate::generate(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -899,15 +931,8 @@ fn record_run(file: &Path, p: &Profile, out: &Output) {
 // gpt
 
 fn gpt(args: &GptArgs, out: &Output) -> Result<(), Failure> {
-    use sinter_cli::gpt::{GptConfig, program};
-    let cfg = GptConfig {
-        layers: args.layers,
-        width: args.width,
-        heads: args.heads,
-        context: args.context,
-        batch: args.batch,
-        vocab: args.vocab,
-    };
+    use sinter_cli::gpt::program;
+    let cfg = args.shape.config(args.context, args.batch);
     cfg.check().map_err(Failure::Error)?;
     let bench = StepBench {
         name: "gpt",
