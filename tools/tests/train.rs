@@ -274,6 +274,7 @@ fn transformer_learns_the_committed_text_in_mixed_precision() {
 fn transformer_learns_at(precision: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("loss.csv");
+    let weights = tmp.path().join("lm.safetensors");
     let steps = TEXT_STEPS.to_string();
     let run = ok(&[
         "train",
@@ -290,6 +291,8 @@ fn transformer_learns_at(precision: &str) {
         &s(&log),
         "--precision",
         precision,
+        "--save-weights",
+        &s(&weights),
     ]);
     println!("{}", run.stdout);
     let rows = loss_log(&log);
@@ -305,6 +308,47 @@ fn transformer_learns_at(precision: &str) {
         last < TEXT_LOSS_THRESHOLD,
         "mean loss over the last 100 of {TEXT_STEPS} steps is {last:.3}, not below \
          {TEXT_LOSS_THRESHOLD}"
+    );
+    // the trained weights write words of the text (the optimizer's moments in the file are
+    // skipped)
+    let run = ok(&[
+        "generate",
+        &s(examples().join("transformer_train.sir")),
+        "--weights",
+        &s(&weights),
+        "--vocab",
+        &s(examples().join("data/text/vocab.txt")),
+        "--prompt",
+        "The ",
+        "--max-new-tokens",
+        "200",
+        "--temperature",
+        "0.5",
+        "--seed",
+        "1",
+    ]);
+    println!("{}", run.stdout);
+    assert!(run.stdout.starts_with("The "), "{}", run.stdout);
+    assert!(run.stderr.contains("tokens/s"), "{}", run.stderr);
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    let text = std::fs::read_to_string(examples().join("data/text/text.txt")).unwrap();
+    let words = |t: &str| -> Vec<String> {
+        t.split(|c: char| !c.is_alphabetic())
+            .filter(|w| w.len() >= 2)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let known: std::collections::HashSet<String> = words(&text).into_iter().collect();
+    let written = words(&run.stdout);
+    let share = written.iter().filter(|w| known.contains(*w)).count() as f64 / written.len() as f64;
+    println!(
+        "{:.2} of {} words written are words of the text",
+        share,
+        written.len()
+    );
+    assert!(
+        share >= TEXT_WORD_SHARE,
+        "only {share:.2} of the words written are words of the text"
     );
 }
 
