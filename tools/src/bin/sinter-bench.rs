@@ -1090,7 +1090,7 @@ fn step_bench(b: &StepBench, args: &StepArgs, out: &Output) -> Result<(), Failur
     }
     let mut fields = vec![
         ("bench", Json::Str(b.name.into())),
-        ("impl", Json::Str(impl_name.into())),
+        ("impl", Json::Str(impl_name.clone())),
     ];
     fields.extend(b.ints.iter().map(|&(k, v)| (k, Json::Int(v as u64))));
     fields.extend([
