@@ -23,8 +23,12 @@ fn check(example: &str) {
 /// Every kernel of `src` compiled with the default options, with its subgroup form after it
 /// where it has one.
 fn kernels_text(src: &str) -> String {
+    kernels_text_with(src, &sinter_compiler::Options::default())
+}
+
+fn kernels_text_with(src: &str, options: &sinter_compiler::Options) -> String {
     let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
-    let artifact = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+    let artifact = sinter_compiler::compile(&graph, options)
         .expect("compiles")
         .artifact;
     let mut text = String::new();
@@ -57,6 +61,37 @@ fn row_kernels_with_subgroups() {
 }
 ";
     snapshot("row_kernels_with_subgroups", &kernels_text(src));
+}
+
+/// A training step with `--precision mixed`: f16 products read and written through f16
+/// storage (`array<f16>` arenas, `round_f16` before each store), the gradient scaler's guards
+/// in the update kernels; and the same step for a target without f16 storage, whose f16 values
+/// are f32 words holding f16 numbers.
+#[test]
+fn mixed_precision_step() {
+    let src = "graph mixed {
+  input x: f32[32, 64]
+  input labels: i32[32]
+  param w1: f32[64, 64] = normal(std=0.1, seed=1)
+  param b1: f32[64] = zeros
+  param w2: f32[64, 10] = normal(std=0.1, seed=2)
+  h = relu(add(matmul(x, w1), b1))
+  loss = cross_entropy(matmul(h, w2), labels)
+  train loss with adamw(lr=0.01)
+  output loss
+}
+";
+    let mixed = sinter_compiler::Options {
+        precision: sinter_compiler::precision::Precision::Mixed,
+        ..Default::default()
+    };
+    snapshot("mixed_precision_step", &kernels_text_with(src, &mixed));
+    let mut words = mixed;
+    words.target.features.f16 = false;
+    snapshot(
+        "mixed_precision_step_in_words",
+        &kernels_text_with(src, &words),
+    );
 }
 
 #[test]
