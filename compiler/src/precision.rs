@@ -7,13 +7,17 @@
 //!
 //! | list | ops | operands |
 //! |---|---|---|
-//! | f16 | `matmul`, `conv2d`, `attention` | cast to `f16` (params too: the `f32` param stays the master copy) |
-//! | f32 | `exp`, `log`, `pow`, `rsqrt`, `reciprocal`, `sum`, `mean`, `logsumexp`, `softmax`, `log_softmax`, the norms, the losses | cast to `f32` |
-//! | promote | every other op with float operands | `f16` tensors cast to `f32` where another is `f32` (scalars do not count) |
+//! | f16 | `matmul`, `conv2d` | cast to `f16` (params too: the `f32` param stays the master copy) |
+//! | f32 | `attention`, `exp`, `log`, `pow`, `rsqrt`, `reciprocal`, `sum`, `mean`, `logsumexp`, `softmax`, `log_softmax`, the norms, the losses | cast to `f32` |
+//! | promote | every other op with float operands | all `f32` where a computed operand is `f32` (scalars do not count); else all `f16` where one is `f16`, params cast to it (a bias added to a product joins it in `f16`, as in PyTorch's `linear`) |
 //!
 //! Views, `max`, `min`, `argmax`, `embedding` (in its table's dtype) and the user's own casts keep
-//! their operands' dtypes. An `attention` on `f16` operands computes in `f32` and rounds its
-//! result (IR.md), so the flash kernels see the same attention as in `f32`. Every output and
+//! their operands' dtypes. `attention` takes its `f16` operands (the products that make q, k
+//! and v) widened to `f32` and gives an `f32` result, which the next product rounds to `f16`:
+//! PyTorch's autocast runs SDPA in `f16` with `f32` accumulation, which is no more precise, and
+//! kept in `f16` the attention's casts stand between the optimizer's attention rules and the
+//! flash kernels (measured on GPT-2-small's layer, compile only: the optimizer then kept score
+//! matrices). The flash kernels' tensor-core forms round their operands to `f16` themselves. Every output and
 //! assigned value keeps its dtype (cast back where its op now runs in `f16`), so the program's
 //! interface does not change. Autodiff then makes the backward: the gradient of an `f16` value is
 //! `f16`, and a param's gradient reaches it through the cast as `f32`.
@@ -21,7 +25,7 @@
 //! [`crate::loss_scale`] adds the gradient scaler to a training step after this pass.
 
 use sinter_ir::expand::{Rebuild, rebuild_retyping};
-use sinter_ir::{Attrs, DType, Graph, GraphError, Node, Op, OpClass, ValueId, key};
+use sinter_ir::{Attrs, DType, Graph, GraphError, Node, Op, OpClass, ValueDef, ValueId, key};
 
 /// What `sinter compile --precision` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,7 +59,8 @@ enum List {
 fn list(op: Op) -> List {
     use Op::*;
     match op {
-        Matmul | Conv2d | Attention => List::F16,
+        Matmul | Conv2d => List::F16,
+        Attention => List::F32,
         Exp | Log | Pow | Rsqrt | Reciprocal | Sum | Mean | Logsumexp | Softmax | LogSoftmax
         | LayerNorm | RmsNorm | GroupNorm | CrossEntropy | MseLoss => List::F32,
         Neg | Abs | Sqrt | Square | Relu | Sigmoid | Tanh | Silu | Sin | Cos | Gelu | Add | Sub
@@ -134,11 +139,17 @@ fn targets(rb: &Rebuild, node: &Node, inputs: &[ValueId]) -> Vec<Option<DType>> 
         List::F16 => each(DType::F16),
         List::F32 => each(DType::F32),
         List::Promote => {
-            let wide = inputs
-                .iter()
-                .any(|&v| !ty(v).is_scalar() && ty(v).dtype == DType::F32);
+            // a param joins the products' precision (a bias added to a product is part of the
+            // f16 op, as in PyTorch's `linear`); computed f32 tensors widen the op
+            let param = |v: ValueId| matches!(rb.graph().value(v).def, ValueDef::Param(_));
+            let tensor = |v: ValueId| !ty(v).is_scalar();
+            let wide =
+                (inputs.iter()).any(|&v| tensor(v) && ty(v).dtype == DType::F32 && !param(v));
+            let narrow = (inputs.iter()).any(|&v| tensor(v) && ty(v).dtype == DType::F16);
             if wide {
                 each(DType::F32)
+            } else if narrow {
+                each(DType::F16)
             } else {
                 vec![None; inputs.len()]
             }
@@ -240,10 +251,10 @@ mod tests {
                 .map(|n| n.inputs.iter().map(|&v| g.ty(v).dtype).collect())
                 .collect()
         };
-        // x and w cast to f16 for the product; the bias add promotes to f32 (b is f32); the
-        // loss in f32; the optimizer updates the f32 params from f32 gradients
+        // x and w cast to f16 for the product; the bias joins it in f16 (as PyTorch's linear
+        // does); the loss in f32; the optimizer updates the f32 params from f32 gradients
         assert_eq!(dtypes(Op::Matmul), [vec![DType::F16, DType::F16]], "{text}");
-        assert_eq!(dtypes(Op::Add)[0], [DType::F32, DType::F32], "{text}");
+        assert_eq!(dtypes(Op::Add)[0], [DType::F16, DType::F16], "{text}");
         assert_eq!(dtypes(Op::CrossEntropy)[0][0], DType::F32, "{text}");
         assert!(dtypes(Op::AdamW).iter().flatten().all(|&d| d == DType::F32));
         let logits = g.lookup("logits").expect("kept");
