@@ -428,7 +428,8 @@ fn dump_after_prints_each_pass_under_a_header() {
         s("--dump-after"),
         s("list"),
     ]);
-    assert!(list.stdout.starts_with("expand "), "{}", list.stdout);
+    assert!(list.stdout.starts_with("decode "), "{}", list.stdout);
+    assert!(list.stdout.contains("\nprecision "), "{}", list.stdout);
     assert!(list.stdout.contains("\nin-place "), "{}", list.stdout);
     assert!(!dir.path().join("unused.sart").exists());
 
