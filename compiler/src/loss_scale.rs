@@ -47,6 +47,9 @@ pub const GOOD_STEPS: &str = "amp.good_steps";
 pub const SKIPPED: &str = "amp.skipped";
 /// 1 where every gradient of this step is finite, else 0.
 pub const FINITE: &str = "amp.finite";
+/// The states the scaler adds to a training step (training state, as optimizer moments are:
+/// a weights file may hold them for a program that lacks them).
+pub const STATES: [&str; 3] = [SCALE, GOOD_STEPS, SKIPPED];
 
 /// What the scaler multiplies by when the scale changes (`growth_factor`, `backoff_factor`).
 const GROWTH: f64 = 2.0;

@@ -178,9 +178,10 @@ impl RandomGraph {
     }
 
     fn init(&mut self) -> Init {
-        match self.rng.below(5) {
+        match self.rng.below(6) {
             0 => Init::Zeros,
             1 => Init::Ones,
+            5 => Init::External,
             2 => Init::Full(if self.rng.chance(20) {
                 self.rng.pick(&[f64::INFINITY, f64::NEG_INFINITY])
             } else {

@@ -11,6 +11,16 @@ use crate::io::IoError;
 /// Anything that can go wrong while loading or running an artifact.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    #[error(
+        "{} take{} {} value{} from a weights file (`= external` in the program, as `sinter \
+         import` writes a model's weights), and none was loaded: load one (`--weights \
+         FILE.safetensors`)",
+        names_list(names),
+        if names.len() == 1 { "s" } else { "" },
+        if names.len() == 1 { "its" } else { "their" },
+        if names.len() == 1 { "" } else { "s" }
+    )]
+    WeightsNotLoaded { names: Vec<String> },
     #[error("no GPU adapter found (backends tried: {tried}); {hint}")]
     NoAdapter { tried: String, hint: &'static str },
     #[error(
@@ -182,5 +192,20 @@ fn feature_hint(feature: &str) -> &'static str {
          whose artifacts keep f16 values in f32 words"
     } else {
         ""
+    }
+}
+
+/// `` `a` ``, `` `a` and `b` ``, or the first three and how many more.
+fn names_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().take(3).map(|n| format!("`{n}`")).collect();
+    match names.len() {
+        0 => String::from("no tensor"),
+        1 => quoted[0].clone(),
+        2 | 3 => format!(
+            "{} and {}",
+            quoted[..quoted.len() - 1].join(", "),
+            quoted[quoted.len() - 1]
+        ),
+        n => format!("{} and {} more", quoted.join(", "), n - 3),
     }
 }

@@ -131,7 +131,11 @@ impl Generator {
 
     /// Overwrites weights by name (see [`Session::load_weights`]).
     pub fn load_weights(&mut self, weights: &[(String, HostTensor)]) -> Result<(), RuntimeError> {
-        self.step.load_weights(weights)
+        self.step.load_weights(weights)?;
+        // the prefill reads the same arenas
+        self.prefill
+            .note_loaded(weights.iter().map(|(n, _)| n.as_str()));
+        Ok(())
     }
 
     /// Every token fed so far, per sequence.

@@ -123,6 +123,9 @@ pub struct Session {
     /// For assigns whose sources overlap their targets.
     scratch: Option<wgpu::Buffer>,
     report: LoadReport,
+    /// Params and states with no value of their own (`= external`) that no weights have given
+    /// yet: a run refuses to start while any is left.
+    unloaded: Vec<String>,
 }
 
 /// Bind group layout key: (arena bindings, param block bytes).
@@ -422,6 +425,10 @@ impl Session {
                 0
             },
         };
+        let unloaded = (artifact.tensors.iter())
+            .filter(|t| t.fill.as_ref().is_some_and(|f| f.is_external()))
+            .map(|t| t.name.clone())
+            .collect();
         Ok(Session {
             gpu,
             artifact,
@@ -434,6 +441,7 @@ impl Session {
             readback,
             scratch,
             report,
+            unloaded,
         })
     }
 
@@ -589,10 +597,16 @@ impl Session {
     }
 
     /// Checks the inputs against the manifest and packs them as the upload buffer holds them.
+    /// Every run starts here, so this is also where a run without its weights is refused.
     pub(crate) fn pack_inputs(
         &self,
         inputs: &[(&str, &HostTensor)],
     ) -> Result<Vec<u8>, RuntimeError> {
+        if !self.unloaded.is_empty() {
+            return Err(RuntimeError::WeightsNotLoaded {
+                names: self.unloaded.clone(),
+            });
+        }
         let mut given: HashMap<&str, &HostTensor> = HashMap::new();
         for &(name, t) in inputs {
             if self.slot(name, |r| r == Role::Input).is_none() {
@@ -853,12 +867,21 @@ impl Session {
                     .write_buffer(arena, slot.offset, &padded(&bytes));
             }
         }
+        self.note_loaded(weights.iter().map(|(n, _)| n.as_str()));
         match self.gpu.take_uncaptured() {
             Some(message) => Err(RuntimeError::Gpu {
                 during: "loading weights",
                 message,
             }),
             None => Ok(()),
+        }
+    }
+
+    /// Records that the params and states `names` hold given values now (they may share their
+    /// arenas with another session, which loaded them: [`Session::load_sharing_async`]).
+    pub(crate) fn note_loaded<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            self.unloaded.retain(|n| n != name);
         }
     }
 

@@ -225,6 +225,34 @@ fn axpy_reads_param_and_inputs() {
     assert_eq!(r.unbounded_loop_kernels, 0);
 }
 
+/// A param with no value of its own (`= external`, as `sinter import` writes a model's
+/// weights): a run before weights are loaded is refused, naming it; once loaded, the run
+/// reads the loaded value.
+#[test]
+fn a_run_without_external_weights_is_refused() {
+    let mut artifact = axpy();
+    let p = artifact.tensors.iter_mut().find(|t| t.name == "p").unwrap();
+    (p.init, p.fill) = (None, Some(sinter_artifact::Init::External));
+    let mut s = load(artifact);
+    let a = f32_tensor(&[5], &[1.0, 2.0, -3.0, 0.5, 100.0]);
+    let b = f32_tensor(&[5], &[0.5, 0.0, 1.0, -1.0, 4.0]);
+    let err = s.run(&[("a", &a), ("b", &b)]).unwrap_err();
+    assert!(
+        matches!(err, RuntimeError::WeightsNotLoaded { .. }),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("`p` takes its value from a weights file"),
+        "{message}"
+    );
+    assert!(message.contains("--weights"), "{message}");
+    s.load_weights(&[("p".into(), f32_tensor(&[], &[2.0]))])
+        .unwrap();
+    let out = s.run(&[("a", &a), ("b", &b)]).unwrap();
+    assert_eq!(f32s(out.get("out").unwrap()), &[2.5, 4.0, -5.0, 0.0, 204.0]);
+}
+
 #[test]
 fn chain_of_dispatches_shares_identical_kernels() {
     // t = a + b; u = t * t; out = u + a (kernel 2 has kernel 0's WGSL: one pipeline).

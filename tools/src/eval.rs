@@ -43,7 +43,8 @@ fn parse_gib(text: &str) -> Result<f64, String> {
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
-    let source = program::load(&args.file)?;
+    let program = program::load_program(&args.file, &[])?;
+    let source = program.graph;
     let graph = sinter_ir::expand::expand_composites(&source);
     let differentiated = sinter_compiler::autodiff::differentiate(&graph)?;
     for warning in &differentiated.warnings {
@@ -56,15 +57,16 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         .into_iter()
         .map(|(name, t)| (name, t.to_interp()))
         .collect();
-    // Params and states the weights file lacks start from their initializers, which the
-    // interpreter materializes within its memory budget.
-    let persistent: HashMap<String, Tensor> = match &args.weights {
-        Some(path) => feeds::load_weights(&signature, path)?
-            .into_iter()
-            .map(|(name, t)| (name, t.to_interp()))
-            .collect(),
-        None => HashMap::new(),
-    };
+    // Params and states the weights file lacks take an ONNX model's own weights, or start
+    // from their initializers, which the interpreter materializes within its memory budget.
+    let mut persistent: HashMap<String, Tensor> = program.weights.into_iter().collect();
+    if let Some(path) = &args.weights {
+        persistent.extend(
+            feeds::load_weights(&signature, path)?
+                .into_iter()
+                .map(|(name, t)| (name, t.to_interp())),
+        );
+    }
     let options = interp::EvalOptions {
         memory_budget: (args.max_memory * f64::from(1u32 << 30)) as u64,
         ..Default::default()

@@ -291,7 +291,8 @@ pub fn generation_error(e: GenerationError) -> CliError {
 
 /// The model's params and states from the safetensors file at `path`: every param must be
 /// there, with its type; tensors the model does not read are skipped (those of the source
-/// program, such as an optimizer's moments, silently; others with a warning).
+/// program, such as an optimizer's moments, and a mixed-precision run's loss scale silently;
+/// others with a warning).
 fn select_weights(
     path: &Path,
     file: &HashMap<String, HostTensor>,
@@ -347,6 +348,7 @@ fn select_weights(
         .map(String::as_str)
         .filter(|n| (artifact.tensors.iter()).all(|s| s.name != *n || s.role == Role::Output))
         .filter(|n| source.is_none_or(|g| g.lookup(n).is_none_or(|v| !g.value(v).is_persistent())))
+        .filter(|n| !sinter_compiler::loss_scale::STATES.contains(n))
         .collect();
     unknown.sort_unstable();
     if !unknown.is_empty() {

@@ -33,8 +33,9 @@ fn import_writes_a_program_and_its_weights_that_eval_runs() {
     ]);
     assert!(run.stdout.contains("4 params and states"), "{}", run.stdout);
     let text = std::fs::read_to_string(&sir).expect("the program");
+    // the values are in the weights file beside the program
     assert!(
-        text.contains("param  fc1.weight: f32[8, 12] = zeros"),
+        text.contains("param  fc1.weight: f32[8, 12] = external"),
         "{text}"
     );
     // The Shape -> Gather -> Unsqueeze -> Concat chain is folded into a static reshape.
@@ -50,6 +51,55 @@ fn import_writes_a_program_and_its_weights_that_eval_runs() {
         out.as_os_str(),
     ]);
     assert_mlp_output(&out, 1e-6);
+
+    // Without the weights, eval and run refuse (not zeros), naming the params.
+    let x = format!("x={}", model("tiny_mlp_x.npy").display());
+    let eval = sinter(&[
+        "eval".as_ref(),
+        sir.as_os_str(),
+        "--input".as_ref(),
+        x.as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(eval.code, 2, "{}{}", eval.stdout, eval.stderr);
+    assert!(
+        eval.stderr.contains("takes its value from a weights file"),
+        "{}",
+        eval.stderr
+    );
+    let sart = dir.path().join("mlp.sart");
+    ok(&[
+        "compile".as_ref(),
+        sir.as_os_str(),
+        "-o".as_ref(),
+        sart.as_os_str(),
+    ]);
+    let run = sinter(&[
+        "run".as_ref(),
+        sart.as_os_str(),
+        "--input".as_ref(),
+        x.as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("from a weights file") && run.stderr.contains("`fc1.weight`"),
+        "{}",
+        run.stderr
+    );
+    ok(&[
+        "run".as_ref(),
+        sart.as_os_str(),
+        "--weights".as_ref(),
+        dir.path().join("mlp.safetensors").as_os_str(),
+        "--input".as_ref(),
+        x.as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_mlp_output(&out, 1e-5);
 }
 
 #[test]

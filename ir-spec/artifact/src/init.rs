@@ -52,6 +52,17 @@ pub enum Init {
         beta1: f64,
         beta2: f64,
     },
+    /// No value of its own: it must be given by a weights file (a model `sinter import` wrote
+    /// keeps its weights beside it). Runs refuse to start while such a value is not loaded;
+    /// until then its memory holds zeros.
+    External,
+}
+
+impl Init {
+    /// Whether the value must come from a weights file ([`Init::External`]).
+    pub fn is_external(&self) -> bool {
+        matches!(self, Init::External)
+    }
 }
 
 /// How a learning rate changes with the step: PyTorch's and Hugging Face's schedules.
@@ -167,6 +178,7 @@ impl std::fmt::Display for Init {
         let (name, args) = match *self {
             Init::Zeros => return f.write_str("zeros"),
             Init::Ones => return f.write_str("ones"),
+            Init::External => return f.write_str("external"),
             Init::Full(v) => return write!(f, "full({})", format_float(v)),
             Init::Normal { mean, std, seed: s } => (
                 "normal",
@@ -350,7 +362,7 @@ fn values_from(init: &Init, start: usize) -> impl Iterator<Item = f64> + '_ {
             let beta = if column == 0 { beta1 } else { beta2 };
             1.0 - beta.powf(t as f64)
         }
-        Init::Zeros => 0.0,
+        Init::Zeros | Init::External => 0.0,
         Init::Ones => 1.0,
         Init::Full(v) => v,
         Init::Uniform { lo, hi, .. } => lo + (hi - lo) * rng.next_unit(),

@@ -19,6 +19,11 @@ pub enum EvalError {
     },
     #[error("`{name}` is not a param or state of the graph")]
     UnknownPersistent { name: String },
+    #[error(
+        "`{name}` ({ty}) takes its value from a weights file (`= external`, as `sinter import` \
+         writes a model's weights), and none was given for it"
+    )]
+    MissingWeight { name: String, ty: TensorType },
     #[error("param or state `{name}` must be {expected}, got {actual}")]
     PersistentType {
         name: String,

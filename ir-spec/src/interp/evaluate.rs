@@ -232,10 +232,18 @@ fn validate(
                     });
                 }
             },
-            ValueDef::Param(_) | ValueDef::State(_) => match persistent.get(&value.name) {
-                Some(t) => (t, false),
-                None => continue,
-            },
+            ValueDef::Param(ref init) | ValueDef::State(ref init) => {
+                match persistent.get(&value.name) {
+                    Some(t) => (t, false),
+                    None if init.is_external() => {
+                        return Err(EvalError::MissingWeight {
+                            name: value.name.clone(),
+                            ty: value.ty.clone(),
+                        });
+                    }
+                    None => continue,
+                }
+            }
             ValueDef::Node { .. } => continue,
         };
         if tensor.ty != value.ty {

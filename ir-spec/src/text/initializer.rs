@@ -1,5 +1,5 @@
 //! Initializers of params and states: `zeros`, `ones`, `full(V)`, `normal(...)`,
-//! `uniform(...)`, written like calls and read into [`Init`].
+//! `uniform(...)`, the training tables, `external`, written like calls and read into [`Init`].
 
 use super::ast::{AttrArg, AttrValue, Expr, Ident, Number};
 use super::suggest::did_you_mean;
@@ -34,7 +34,7 @@ pub(crate) fn read_init(expr: &Expr, diags: &mut Vec<Diagnostic>) -> IResult<Ini
         }
     };
     let allowed: &[&str] = match name.name.as_str() {
-        "zeros" | "ones" => &[],
+        "zeros" | "ones" | "external" => &[],
         "full" => &["value"],
         "normal" => &["mean", "std", "seed"],
         "uniform" => &["lo", "hi", "seed"],
@@ -82,6 +82,7 @@ pub(crate) fn read_init(expr: &Expr, diags: &mut Vec<Diagnostic>) -> IResult<Ini
     let init = match name.name.as_str() {
         "zeros" => Init::Zeros,
         "ones" => Init::Ones,
+        "external" => Init::External,
         "full" => Init::Full(args.float("value", f64::NAN)),
         "bias_corrections" => Init::BiasCorrections {
             beta1: args.float("beta1", 0.9),
@@ -209,8 +210,9 @@ fn check_init(
     }
 }
 
-const INIT_NAMES: [&str; 9] = [
+const INIT_NAMES: [&str; 10] = [
     "zeros",
+    "external",
     "ones",
     "full",
     "normal",
@@ -224,7 +226,8 @@ const INIT_NAMES: [&str; 9] = [
 pub(crate) const INIT_FORMS: &str = "initializers are zeros, ones, full(V), \
     normal(std=S, mean=M, seed=N), uniform(lo=A, hi=B, seed=N), the learning-rate tables \
     warmup_constant(lr=R, warmup=W), warmup_linear / warmup_cosine(lr=R, warmup=W, \
-    total_steps=T, min_lr=M) and bias_corrections(beta1=B1, beta2=B2)";
+    total_steps=T, min_lr=M), bias_corrections(beta1=B1, beta2=B2) and external (the value \
+    comes from a weights file)";
 
 fn init_usage(init: &str) -> String {
     match init {

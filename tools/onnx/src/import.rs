@@ -391,10 +391,12 @@ impl Importer {
         } else {
             let name = self.fresh_name(if onnx.is_empty() { "const" } else { onnx });
             let ty = tensor.ty.clone();
+            // the values are in the weights file written beside the program: a run without it
+            // is refused, not computed from zeros
             let id = if origin == Origin::Initializer && lit.elem == Elem::Float {
-                self.graph.add_param(name.clone(), ty, Init::Zeros)?
+                self.graph.add_param(name.clone(), ty, Init::External)?
             } else {
-                self.graph.add_state(name.clone(), ty, Init::Zeros)?
+                self.graph.add_state(name.clone(), ty, Init::External)?
             };
             self.weights.push((name, tensor));
             id
