@@ -486,11 +486,19 @@ impl Lowering<'_> {
         match op {
             // Folded into consumers; materialized by `view` if a non-elementwise op reads them.
             Constant | Iota => {}
-            _ if Scalar::of(op).is_some() || matches!(op, Cast | Sum | Max | Min | Argmax) => {
+            // one-op fused programs
+            Neg | Abs | Exp | Log | Sqrt | Rsqrt | Reciprocal | Square | Relu | Sigmoid | Tanh
+            | Silu | Sin | Cos | Gelu | Add | Sub | Mul | Div | Pow | Maximum | Minimum | Eq
+            | Lt | Le | Gt | Ge | Where | Cast | Sum | Max | Min | Argmax => {
                 let inputs: Vec<TensorType> =
                     node.inputs.iter().map(|&v| self.g.ty(v).clone()).collect();
                 let program = Program::of_primitive(op, attrs, &inputs, &out_ty, false)
-                    .expect("elementwise ops, casts and reductions are one-op programs");
+                    .ok_or_else(|| {
+                        CompileError::Internal(format!(
+                            "`{}` has no one-op fused program",
+                            op.name()
+                        ))
+                    })?;
                 self.fused_node(node, program)?;
             }
             Reshape => {
@@ -644,8 +652,6 @@ impl Lowering<'_> {
                     value: self.g.name_of(out).to_string(),
                 });
             }
-            // the elementwise families are matched by the first arm
-            _ => unreachable!("`{}` is elementwise", op.name()),
         }
         Ok(())
     }

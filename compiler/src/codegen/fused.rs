@@ -804,6 +804,48 @@ fn scalar(op: Op, a: &[String]) -> String {
         Op::Le => cmp("<="),
         Op::Gt => cmp(">"),
         Op::Ge => cmp(">="),
-        other => unreachable!("`{}` is not a scalar function", other.name()),
+        // `where` is emitted as a `select` by the caller; the rest are not scalar functions
+        // (`Scalar::of` gives none for them), listed so that a new op must be placed
+        Op::Where
+        | Op::Sum
+        | Op::Mean
+        | Op::Max
+        | Op::Min
+        | Op::Logsumexp
+        | Op::Argmax
+        | Op::Reshape
+        | Op::Permute
+        | Op::Transpose
+        | Op::BroadcastTo
+        | Op::Unsqueeze
+        | Op::Squeeze
+        | Op::Slice
+        | Op::Concat
+        | Op::Cast
+        | Op::Matmul
+        | Op::Softmax
+        | Op::LogSoftmax
+        | Op::LayerNorm
+        | Op::RmsNorm
+        | Op::GroupNorm
+        | Op::Conv2d
+        | Op::MaxPool2d
+        | Op::AvgPool2d
+        | Op::Embedding
+        | Op::CrossEntropy
+        | Op::MseLoss
+        | Op::Conv2dGradInput
+        | Op::Conv2dGradWeight
+        | Op::MaxPool2dGrad
+        | Op::AvgPool2dGrad
+        | Op::EmbeddingGrad
+        | Op::SliceGrad
+        | Op::Attention
+        | Op::Constant
+        | Op::Iota
+        | Op::Grad
+        | Op::Sgd
+        | Op::Adam
+        | Op::AdamW => unreachable!("`{}` is not a scalar function", op.name()),
     }
 }

@@ -91,11 +91,25 @@ impl Scalar {
 
     /// Rough cost in f32 operations, for the cost model.
     pub fn flops(self) -> u32 {
+        use Op::*;
         match self {
-            Scalar::Op(Op::Exp | Op::Log | Op::Sin | Op::Cos | Op::Sqrt | Op::Rsqrt) => 4,
-            Scalar::Op(Op::Sigmoid | Op::Tanh | Op::Silu | Op::Pow | Op::Div) => 6,
-            Scalar::Op(Op::Gelu) | Scalar::GeluTanh => 12,
-            _ => 1,
+            Scalar::Op(Exp | Log | Sin | Cos | Sqrt | Rsqrt) => 4,
+            Scalar::Op(Sigmoid | Tanh | Silu | Pow | Div) => 6,
+            Scalar::Op(Gelu) | Scalar::GeluTanh => 12,
+            Scalar::Op(
+                Neg | Abs | Reciprocal | Square | Relu | Add | Sub | Mul | Maximum | Minimum | Eq
+                | Lt | Le | Gt | Ge | Where,
+            )
+            | Scalar::Cast(_) => 1,
+            // not scalar functions (`Scalar::of` gives none for them)
+            Scalar::Op(
+                Sum | Mean | Max | Min | Logsumexp | Argmax | Reshape | Permute | Transpose
+                | BroadcastTo | Unsqueeze | Squeeze | Slice | Concat | Cast | Matmul | Softmax
+                | LogSoftmax | LayerNorm | RmsNorm | GroupNorm | Conv2d | MaxPool2d | AvgPool2d
+                | Embedding | CrossEntropy | MseLoss | Conv2dGradInput | Conv2dGradWeight
+                | MaxPool2dGrad | AvgPool2dGrad | EmbeddingGrad | SliceGrad | Attention | Constant
+                | Iota | Grad | Sgd | Adam | AdamW,
+            ) => 1,
         }
     }
 }
