@@ -397,6 +397,72 @@ pub mod kind {
     }
 }
 
+/// An attribute whose value is one of a few names, as a Rust enum: its text names (`NAMES`,
+/// which the op table's `AttrKind::Str` lists) and its [`Kind`], so `attrs.of(key)` gives the
+/// enum.
+macro_rules! name_enum {
+    ($(#[$meta:meta])* $ty:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $ty {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+            /// The names the text format takes, in [`Self::ALL`]'s order.
+            pub const NAMES: &'static [&'static str] = &[$($text),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $text),+
+                }
+            }
+
+            pub fn from_name(name: &str) -> Option<$ty> {
+                Self::ALL.iter().copied().find(|v| v.name() == name)
+            }
+        }
+
+        impl Kind for $ty {
+            type Out<'a> = $ty;
+            type In = $ty;
+            fn read(a: &Attr) -> Option<$ty> {
+                a.as_str().and_then($ty::from_name)
+            }
+            fn write(v: $ty) -> Attr {
+                Attr::Str(v.name().to_string())
+            }
+        }
+    };
+}
+
+name_enum! {
+    /// `reduction` of a loss, as PyTorch's.
+    Reduction {
+        Mean = "mean",
+        Sum = "sum",
+        /// One loss per element (or row).
+        None = "none",
+    }
+}
+
+name_enum! {
+    /// `approximate` of `gelu`: the exact form with `erf` (`"none"`) or the tanh approximation.
+    GeluForm {
+        Erf = "none",
+        Tanh = "tanh",
+    }
+}
+
+name_enum! {
+    /// `mask_kind` of `attention`: a mask of 0/1 (keep where nonzero) or added to the scores.
+    MaskKind {
+        Boolean = "boolean",
+        Additive = "additive",
+    }
+}
+
 /// Every attribute name of the IR, with its kind. The op table (`op.rs`) builds its attribute
 /// lists from these; a test checks that every key is declared by some op.
 pub mod key {
@@ -408,7 +474,8 @@ pub mod key {
         AttrKind::Ints(n)
     }
 
-    pub const APPROXIMATE: Key<Str> = Key::new("approximate", AttrKind::Str(&["none", "tanh"]));
+    pub const APPROXIMATE: Key<super::GeluForm> =
+        Key::new("approximate", AttrKind::Str(super::GeluForm::NAMES));
     pub const AXES: Key<Indices> = Key::new("axes", ints(0));
     pub const KEEPDIM: Key<Bool> = Key::new("keepdim", AttrKind::Bool);
     pub const AXIS: Key<Index> = Key::new("axis", AttrKind::Int);
@@ -426,14 +493,16 @@ pub mod key {
     pub const PADDING: Key<Indices> = Key::new("padding", ints(2));
     pub const DILATION: Key<Indices> = Key::new("dilation", ints(2));
     pub const KERNEL: Key<Indices> = Key::new("kernel", ints(2));
-    pub const REDUCTION: Key<Str> = Key::new("reduction", AttrKind::Str(REDUCTION_KINDS));
+    pub const REDUCTION: Key<super::Reduction> =
+        Key::new("reduction", AttrKind::Str(super::Reduction::NAMES));
     pub const INPUT_SHAPE: Key<Indices> = Key::new("input_shape", ints(4));
     pub const WEIGHT_SHAPE: Key<Indices> = Key::new("weight_shape", ints(4));
     pub const NUM_EMBEDDINGS: Key<Index> = Key::new("num_embeddings", AttrKind::Int);
     pub const SCALE: Key<Float> = Key::new("scale", AttrKind::Float);
     pub const CAUSAL: Key<Bool> = Key::new("causal", AttrKind::Bool);
     pub const WINDOW: Key<Index> = Key::new("window", AttrKind::Int);
-    pub const MASK_KIND: Key<Str> = Key::new("mask_kind", AttrKind::Str(&["boolean", "additive"]));
+    pub const MASK_KIND: Key<super::MaskKind> =
+        Key::new("mask_kind", AttrKind::Str(super::MaskKind::NAMES));
     pub const VALUE: Key<Float> = Key::new("value", AttrKind::Float);
     pub const LR: Key<Float> = Key::new("lr", AttrKind::Float);
     pub const MOMENTUM: Key<Float> = Key::new("momentum", AttrKind::Float);
@@ -443,9 +512,6 @@ pub mod key {
     pub const BETA1: Key<Float> = Key::new("beta1", AttrKind::Float);
     pub const BETA2: Key<Float> = Key::new("beta2", AttrKind::Float);
     pub const IGNORE_INDEX: Key<Int> = Key::new("ignore_index", AttrKind::Int);
-
-    /// `reduction` of the losses.
-    pub const REDUCTION_KINDS: &[&str] = &["mean", "sum", "none"];
 
     /// Every key, for the test that the op table declares each.
     pub const ALL: &[(&str, AttrKind)] = &[

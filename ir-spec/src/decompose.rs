@@ -28,7 +28,7 @@
 //! An op on `f16` values is expanded on its operands cast to `f32`, and its results are cast
 //! back: it computes in `f32` and rounds once, as IR.md defines every op on `f16`.
 
-use crate::attr::{Attrs, key};
+use crate::attr::{Attrs, Reduction, key};
 use crate::expand::{Rebuild, rebuild_mapped};
 use crate::graph::{Graph, GraphError, Node, ValueId};
 use crate::op::{Op, OpClass};
@@ -183,13 +183,13 @@ impl Builder<'_, '_> {
     }
 
     /// Applies a loss `reduction` to per-element losses.
-    fn reduction(&mut self, losses: ValueId, reduction: &str) -> Result<ValueId> {
+    fn reduction(&mut self, losses: ValueId, reduction: Reduction) -> Result<ValueId> {
         let rank = self.shape(losses).len();
         let all: Vec<usize> = (0..rank).collect();
         match reduction {
-            "none" => Ok(losses),
-            "sum" => self.reduce(Op::Sum, losses, &all, false),
-            _ => self.mean(losses, &all, false),
+            Reduction::None => Ok(losses),
+            Reduction::Sum => self.reduce(Op::Sum, losses, &all, false),
+            Reduction::Mean => self.mean(losses, &all, false),
         }
     }
 
@@ -202,7 +202,7 @@ impl Builder<'_, '_> {
         labels: ValueId,
         ignore: i64,
         classes: usize,
-        reduction: &str,
+        reduction: Reduction,
     ) -> Result<ValueId> {
         let ignored = self.with_const(Op::Eq, labels, ignore as f64)?;
         let at_least_0 = self.with_const(Op::Ge, labels, 0.0)?;
@@ -215,13 +215,13 @@ impl Builder<'_, '_> {
         let zero = self.c(0.0)?;
         let losses = self.op(Op::Where, &[ignored, zero, checked])?;
         match reduction {
-            "mean" => {
+            Reduction::Mean => {
                 let total = self.reduce(Op::Sum, losses, &[0], false)?;
                 let kept = self.const_with(Op::Sub, 1.0, ignored)?;
                 let count = self.reduce(Op::Sum, kept, &[0], false)?;
                 self.op(Op::Div, &[total, count])
             }
-            other => self.reduction(losses, other),
+            Reduction::Sum | Reduction::None => self.reduction(losses, reduction),
         }
     }
 

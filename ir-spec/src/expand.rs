@@ -317,7 +317,7 @@ fn expand_attention(
     let scale = rb.constant(a.of(key::SCALE))?;
     let mut s = rb.add(Op::Mul, &[qk, scale], Attrs::new())?;
     if let Some(mask) = mask {
-        s = if a.of(key::MASK_KIND) == "additive" {
+        s = if a.of(key::MASK_KIND) == crate::attr::MaskKind::Additive {
             rb.add(Op::Add, &[s, mask], Attrs::new())?
         } else {
             let neg_inf = rb.constant(f64::NEG_INFINITY)?;

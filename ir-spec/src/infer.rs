@@ -6,7 +6,7 @@
 //! so that the parser can put the caret there.
 
 use crate::attr::key;
-use crate::attr::{Attr, Attrs, Key, kind};
+use crate::attr::{Attr, Attrs, Key, Reduction, kind};
 use crate::op::{AttrDefault, AttrKind, Op, OpSpec};
 use crate::types::{DType, Shape, TensorType, broadcast_shapes, broadcasts_to};
 
@@ -829,8 +829,8 @@ impl Cx<'_> {
 
     fn loss_shape(&self, unreduced: Shape) -> Shape {
         match self.attrs.of(key::REDUCTION) {
-            "none" => unreduced,
-            _ => Vec::new(),
+            Reduction::None => unreduced,
+            Reduction::Mean | Reduction::Sum => Vec::new(),
         }
     }
 
@@ -1166,10 +1166,10 @@ impl Cx<'_> {
             &[b, kv_heads, sk, v.shape[3]],
             "batch, heads and seq of k",
         )?;
-        let mask_kind = self.attrs.of(key::MASK_KIND).to_string();
+        let mask_kind = self.attrs.of(key::MASK_KIND);
         if self.inputs.len() == 4 {
             let m = self.input(3).clone();
-            if mask_kind == "additive" {
+            if mask_kind == crate::attr::MaskKind::Additive {
                 self.float_dtype(&[0, 3])?;
             }
             if !broadcasts_to(&m.shape, &[b, h, sq, sk]) {

@@ -22,7 +22,7 @@ pub mod text;
 pub mod train;
 pub use sinter_artifact::types;
 
-pub use attr::{Attr, Attrs, Key, key};
+pub use attr::{Attr, Attrs, GeluForm, Key, MaskKind, Reduction, key};
 pub use graph::{Assign, Graph, GraphError, Init, Node, NodeId, Value, ValueDef, ValueId};
 pub use infer::{Blame, TypeError};
 pub use op::{Op, OpClass, OpSpec};

@@ -10,7 +10,7 @@
 use sinter_ir::key;
 use std::f64::consts::PI;
 
-use sinter_ir::{Attrs, GraphError, Node, Op, ValueId};
+use sinter_ir::{Attrs, GeluForm, GraphError, Node, Op, Reduction, ValueId};
 
 use super::AutodiffError;
 use super::emit::Emit;
@@ -307,8 +307,8 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         MseLoss => {
             let diff = e.sub(x[0], x[1])?;
             let k = match s.attrs().of(key::REDUCTION) {
-                "mean" => 2.0 / e.ty(x[0]).numel() as f64,
-                _ => 2.0,
+                Reduction::Mean => 2.0 / e.ty(x[0]).numel() as f64,
+                Reduction::Sum | Reduction::None => 2.0,
             };
             let scaled = e.scale(dy, k)?;
             let da = e.mul(diff, scaled)?;
@@ -431,7 +431,7 @@ fn reduce_attrs(s: &Site) -> (Vec<usize>, bool) {
 fn gelu(e: &mut Emit, s: &Site) -> Result<ValueId> {
     let (x, y, dy) = (s.x[0], s.y, s.dy);
     let x2 = e.unary(Op::Square, x)?;
-    let d = if s.attrs().of(key::APPROXIMATE) == "tanh" {
+    let d = if s.attrs().of(key::APPROXIMATE) == GeluForm::Tanh {
         let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
         // u = x·(k + k·c·x²), du/dx = k + 3·k·c·x²
         let inner = e.scale(x2, k * c)?;
@@ -749,7 +749,7 @@ fn cross_entropy(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
             kept
         };
         d = e.mul(d, kept_d)?;
-        if reduction == "mean" {
+        if reduction == Reduction::Mean {
             let total = e.op(
                 Op::Sum,
                 &[kept],
@@ -765,9 +765,9 @@ fn cross_entropy(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
         }
     }
     let scale = match reduction {
-        "mean" => e.scale(dy, 1.0 / n as f64)?,
-        "sum" => dy,
-        _ => e.reshape(dy, &[n, 1])?,
+        Reduction::Mean => e.scale(dy, 1.0 / n as f64)?,
+        Reduction::Sum => dy,
+        Reduction::None => e.reshape(dy, &[n, 1])?,
     };
     Ok(vec![Some(e.mul(d, scale)?), None])
 }

@@ -481,11 +481,12 @@ impl Program {
     ) -> Option<Program> {
         use sinter_ir::key;
         if let Some(scalar) = Scalar::of(op) {
-            let scalar = if op == Op::Gelu && attrs.of(key::APPROXIMATE) == "tanh" {
-                Scalar::GeluTanh
-            } else {
-                scalar
-            };
+            let scalar =
+                if op == Op::Gelu && attrs.of(key::APPROXIMATE) == sinter_ir::GeluForm::Tanh {
+                    Scalar::GeluTanh
+                } else {
+                    scalar
+                };
             let args: Vec<Arg> = inputs.iter().cloned().map(Arg::Operand).collect();
             return Some(Program::map(&out.shape, scalar, &args, out.dtype));
         }

@@ -320,7 +320,9 @@ impl<'g> Tree<'g> {
             let Some((op, attrs)) = n.ir() else { continue };
             let scalar = match op {
                 Op::Cast => Scalar::Cast(g[c].data.ty.dtype),
-                Op::Gelu if attrs.of(key::APPROXIMATE) == "tanh" => Scalar::GeluTanh,
+                Op::Gelu if attrs.of(key::APPROXIMATE) == sinter_ir::GeluForm::Tanh => {
+                    Scalar::GeluTanh
+                }
                 _ => match Scalar::of(op) {
                     Some(s) => s,
                     None => continue,

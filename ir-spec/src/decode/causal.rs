@@ -399,7 +399,7 @@ fn advance(coords: &mut [usize], shape: &[usize]) {
 }
 
 fn tanh_form(node: &Node) -> bool {
-    node.op == Op::Gelu && node.attr(key::APPROXIMATE) == "tanh"
+    node.op == Op::Gelu && node.attr(key::APPROXIMATE) == crate::attr::GeluForm::Tanh
 }
 
 /// `op(a, b)` of an arithmetic op at upper entries: exact where both are, and where one side

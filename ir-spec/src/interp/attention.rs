@@ -34,7 +34,7 @@ pub(crate) fn attention(cx: &Cx) -> Tensor {
     // query head `hq` reads key/value head `hq / group` (grouped-query attention)
     let group = h / kv_heads;
     let scale = cx.attrs.of(key::SCALE);
-    let additive = cx.attrs.of(key::MASK_KIND) == "additive";
+    let additive = cx.attrs.of(key::MASK_KIND) == crate::attr::MaskKind::Additive;
     let filter = KeyFilter {
         causal: cx.attrs.of(key::CAUSAL),
         window: cx.attrs.of(key::WINDOW),

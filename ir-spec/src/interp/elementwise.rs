@@ -64,7 +64,8 @@ pub fn scalar(op: Op, gelu_tanh_form: bool, args: &[f64]) -> f64 {
 
 /// A unary op of [`crate::op::OpClass::Unary`].
 pub(crate) fn unary(cx: &Cx) -> Tensor {
-    let tanh_form = cx.op == Op::Gelu && cx.attrs.of(key::APPROXIMATE) == "tanh";
+    let tanh_form =
+        cx.op == Op::Gelu && cx.attrs.of(key::APPROXIMATE) == crate::attr::GeluForm::Tanh;
     let x = cx.x(0);
     let data = x
         .data

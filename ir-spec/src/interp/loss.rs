@@ -1,6 +1,6 @@
 //! Losses: `cross_entropy` and `mse_loss`, with `reduction` mean, sum or none.
 
-use crate::attr::key;
+use crate::attr::{Reduction, key};
 use crate::interp::EvalError;
 use crate::interp::node::Cx;
 use crate::interp::reduce::logsumexp;
@@ -9,9 +9,9 @@ use crate::interp::tensor::Tensor;
 /// Applies `reduction` to per-element losses.
 fn reduce(cx: &Cx, losses: Vec<f64>) -> Tensor {
     let data = match cx.attrs.of(key::REDUCTION) {
-        "none" => losses,
-        "sum" => vec![losses.iter().sum()],
-        _ => vec![losses.iter().sum::<f64>() / losses.len() as f64],
+        Reduction::None => losses,
+        Reduction::Sum => vec![losses.iter().sum()],
+        Reduction::Mean => vec![losses.iter().sum::<f64>() / losses.len() as f64],
     };
     Tensor::new(cx.out().clone(), data)
 }
@@ -34,7 +34,7 @@ pub(crate) fn cross_entropy(cx: &Cx) -> Result<Tensor, EvalError> {
         losses.push(logsumexp(row) - row[label]);
         kept += 1;
     }
-    if ignore.is_some() && cx.attrs.of(key::REDUCTION) == "mean" {
+    if ignore.is_some() && cx.attrs.of(key::REDUCTION) == Reduction::Mean {
         let sum: f64 = losses.iter().sum();
         return Ok(Tensor::new(cx.out().clone(), vec![sum / kept as f64]));
     }

@@ -1,6 +1,6 @@
 //! Elementwise ONNX ops: math, activations, comparisons, logic, `Where`, `Clip`, `Cast`.
 
-use sinter_ir::{Attrs, DType, Op, ValueId, key};
+use sinter_ir::{Attrs, DType, GeluForm, Op, ValueId, key};
 
 use super::{Args, Results, binary, f32_value, float, one, unary};
 use crate::error::Problem;
@@ -151,10 +151,10 @@ fn activation(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<ValueId
         }
         "Gelu" => {
             let approximate = a.string("approximate", "none");
-            let approximate = match approximate.as_str() {
-                "none" => "none",
-                "tanh" => "tanh",
-                other => return Err(Problem::unsupported(format!("approximate=\"{other}\""))),
+            let Some(approximate) = GeluForm::from_name(&approximate) else {
+                return Err(Problem::unsupported(format!(
+                    "approximate=\"{approximate}\""
+                )));
             };
             cx.op(
                 Op::Gelu,

@@ -1,7 +1,7 @@
 //! Neural-network ops: `MatMul`, `Gemm`, `Conv`, `ConvTranspose`, pooling, the
 //! normalizations, `Softmax`/`LogSoftmax`/`Hardmax` and `SoftmaxCrossEntropyLoss`.
 
-use sinter_ir::{Attrs, DType, Op, ValueId, key};
+use sinter_ir::{Attrs, DType, Op, Reduction, ValueId, key};
 
 use super::{Args, Operand, Results, axis, binary, f32_value, float, unary};
 use crate::error::Problem;
@@ -644,11 +644,9 @@ fn group_norm(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Probl
 /// picked by a one-hot mask of the targets (an ignored target weighs 0), reduced as ONNX does
 /// (`mean` divides by the sum of the weights).
 fn class_loss(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
-    let reduction = match args.attrs.string("reduction", "mean").as_str() {
-        "mean" => "mean",
-        "sum" => "sum",
-        "none" => "none",
-        other => return Err(Problem::unsupported(format!("reduction=\"{other}\""))),
+    let reduction = args.attrs.string("reduction", "mean");
+    let Some(reduction) = Reduction::from_name(&reduction) else {
+        return Err(Problem::unsupported(format!("reduction=\"{reduction}\"")));
     };
     let scores = f32_value(cx, args.input(0)?)?;
     let labels = args.input(1)?;
@@ -697,7 +695,7 @@ fn native_cross_entropy(
     cx: &mut Importer,
     scores: ValueId,
     labels: ValueId,
-    reduction: &'static str,
+    reduction: Reduction,
 ) -> Result<ValueId, Problem> {
     let s = cx.shape_of(scores);
     let (n, c) = (s[0], s[1]);
@@ -729,7 +727,7 @@ fn native_cross_entropy(
         &[logits, flat_labels],
         Attrs::new().and(key::REDUCTION, reduction),
     )?;
-    if reduction == "none" && !rest.is_empty() {
+    if reduction == Reduction::None && !rest.is_empty() {
         let shape: Vec<usize> = std::iter::once(n).chain(rest).collect();
         loss = cx.op(Op::Reshape, &[loss], Attrs::new().and(key::SHAPE, shape))?;
     }
@@ -743,7 +741,7 @@ fn picked_loss(
     labels: ValueId,
     weights: Option<ValueId>,
     ignore: Option<i64>,
-    reduction: &str,
+    reduction: Reduction,
 ) -> Result<ValueId, Problem> {
     let s = cx.shape_of(logp);
     let rank = s.len();
@@ -786,10 +784,10 @@ fn picked_loss(
         loss = binary(cx, Op::Mul, loss, w)?;
     }
     Ok(match (reduction, weight) {
-        ("none", _) => loss,
-        ("sum", _) => cx.op(Op::Sum, &[loss], Attrs::new())?,
-        (_, None) => cx.op(Op::Mean, &[loss], Attrs::new())?,
-        (_, Some(w)) => {
+        (Reduction::None, _) => loss,
+        (Reduction::Sum, _) => cx.op(Op::Sum, &[loss], Attrs::new())?,
+        (Reduction::Mean, None) => cx.op(Op::Mean, &[loss], Attrs::new())?,
+        (Reduction::Mean, Some(w)) => {
             let total = cx.op(Op::Sum, &[loss], Attrs::new())?;
             let weight_sum = cx.op(Op::Sum, &[w], Attrs::new())?;
             binary(cx, Op::Div, total, weight_sum)?
@@ -876,7 +874,14 @@ fn attention(cx: &mut Importer, args: &Args) -> Result<Results, Problem> {
             let last = ms.len() - 1;
             mask = cx.op(Op::Concat, &[mask, pad], Attrs::new().and(key::AXIS, last))?;
         }
-        attrs = attrs.and(key::MASK_KIND, if boolean { "boolean" } else { "additive" });
+        attrs = attrs.and(
+            key::MASK_KIND,
+            if boolean {
+                sinter_ir::MaskKind::Boolean
+            } else {
+                sinter_ir::MaskKind::Additive
+            },
+        );
         operands.push(mask);
     }
     let mut y = cx.op(Op::Attention, &operands, attrs)?;
