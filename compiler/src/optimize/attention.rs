@@ -32,17 +32,23 @@ use crate::flash::{FlashKind, FlashSpec};
 use crate::fused::{Access, Axis, Inst, Output, Program, Scalar, broadcast_access};
 
 /// The attention rules.
+/// The rules' names, as kernels and reports list them.
+pub const ATTENTION_DELTA: &str = "attention-delta";
+pub const FLASH_FORWARD: &str = "flash-attention-forward";
+pub const FLASH_BACKWARD: &str = "flash-attention-backward";
+pub const MERGE_FLASH_BACKWARD: &str = "merge-flash-backward";
+
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rewrite<ENode, Types>> {
     vec![
         // exp(s − m) / Σ exp(s − m) = exp(s − L), L = m + log Σ exp(s − m)
-        computed("softmax-lse",              Op::Div,    softmax_lse),
+        computed("softmax-lse",   Op::Div,    softmax_lse),
         // Σⱼ (dO·Vᵀ)ᵢⱼ Pᵢⱼ = Σₑ dOᵢₑ (P·V)ᵢₑ
-        computed("attention-delta",          Op::Sum,    attention_delta),
+        computed(ATTENTION_DELTA, Op::Sum,    attention_delta),
         // softmax(score(q·kᵀ)) · v = flash_attention_fwd(q, k, v, ..).0
-        computed("flash-attention-forward",  Op::Matmul, flash_forward),
+        computed(FLASH_FORWARD,   Op::Matmul, flash_forward),
         // G·k = dq(..), qᵀ·G = dkdv(..).0ᵀ, Pᵀ·dO = dkdv(..).1
-        computed("flash-attention-backward", Op::Matmul, flash_backward),
+        computed(FLASH_BACKWARD,  Op::Matmul, flash_backward),
     ]
 }
 
@@ -178,7 +184,7 @@ fn attention_delta(g: &mut Graph, n: &ENode) -> Option<Id> {
                 ));
                 g.union(id, k);
             }
-            g.analysis.built_by.push((id, "attention-delta"));
+            g.analysis.built_by.push((id, ATTENTION_DELTA));
             return Some(id);
         }
     }
@@ -551,7 +557,7 @@ fn backward(g: &mut Graph, x: Id, kind: FlashKind) -> Option<(Id, Id, Id)> {
         vec![dm],
     ));
     // the backward kernels read D = rowsum(dO ∘ O), attention-delta's identity
-    g.analysis.built_by.push((delta, "attention-delta"));
+    g.analysis.built_by.push((delta, ATTENTION_DELTA));
     let spec = FlashSpec {
         kind,
         score: sc.program,
@@ -711,7 +717,7 @@ pub fn merge_backward(
         let rules = super::joined_rules(
             std::mem::take(&mut first_node.rules),
             &second.rules,
-            "merge-flash-backward",
+            MERGE_FLASH_BACKWARD,
         );
         *first_node = KNode {
             op: KernelOp::Flash(Box::new(FlashSpec {

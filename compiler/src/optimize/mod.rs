@@ -814,8 +814,8 @@ fn to_kernel_graph(
                 outputs: outs.clone(),
                 sources,
                 rules: vec![match spec.kind {
-                    crate::flash::FlashKind::Forward => "flash-attention-forward".to_string(),
-                    _ => "flash-attention-backward".to_string(),
+                    crate::flash::FlashKind::Forward => attention::FLASH_FORWARD.to_string(),
+                    _ => attention::FLASH_BACKWARD.to_string(),
                 }],
             });
             results.insert(c, outs);
