@@ -1005,8 +1005,8 @@ impl Product {
     /// and `a`, the output and every tensor of the epilogue step it as a run of m rows (or its
     /// extent is 1). A `[4, 512, 768] x [768, 3072]` product then runs as `[2048, 768] x
     /// [768, 3072]`: its blocks compute no batch offsets, which cost 128 x 128 blocks a second
-    /// block per SM (registers) and 40% of their speed on the H200 (0.42 against 0.30 ms), and
-    /// the block-shape model sees m as it is. An axis stays when the folded rows would need more
+    /// block per SM (registers) and much of their speed on the H200, and the block-shape model
+    /// sees m as it is. An axis stays when the folded rows would need more
     /// row blocks than one dispatch has (the batch has its own grid axis). Returns whether it
     /// folded an axis.
     fn fold_batch_axis(&mut self, max_groups: u32) -> bool {

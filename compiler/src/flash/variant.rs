@@ -247,8 +247,8 @@ impl Tiling {
         parts: 1,
     };
     /// 128 rows × 64 columns, 256 threads, 8 × 4: each staged key/value chunk serves twice the
-    /// rows; the 128 × 64 tile is published in two halves. The default: on the H200, S = 4096,
-    /// head dim 64, forward + backward 51.2 ms with A, 40.6 with B, 53.9 with C, 50.1 with D.
+    /// rows; the 128 × 64 tile is published in two halves. The default: the fastest of the four
+    /// on the H200 (BENCHMARKS.md, "Flash tilings").
     pub const B: Tiling = Tiling {
         rows: 128,
         cols: 64,
@@ -349,11 +349,9 @@ impl Tiling {
 /// Accumulator floats per thread that a kernel of `kind` may keep before its tiling falls back
 /// to [`Tiling::A`]: what A needs at the widest head in the dK/dV kernel (160), and in the
 /// dK/dV kernel the 192 that B needs at head dim 128. Measured on the H200 (BENCHMARKS.md,
-/// "Flash tilings"): B's dK/dV at head dim 128 took 32.9 ms against A's 37.7 at S = 4096, and
-/// 18.2 against 19.9 causal; B's dQ at head dim 256 (also 192 floats) was slower than A's
-/// causal (S = 2048: 68 against 57 ms), so the other kernels keep 160. The whole backward may
-/// keep B at head dim 128 too (224 floats): it measured 63.7 ms against the two kernels' 74.7 at
-/// S = 4096 (34.6 against 41.6 causal).
+/// "Flash tilings"): B's dK/dV at head dim 128 is faster than A's; B's dQ at head dim 256 (also
+/// 192 floats) is slower than A's causal, so the other kernels keep 160. The whole backward
+/// keeps B at head dim 128 too (224 floats), faster than the two kernels.
 pub(crate) fn register_budget(kind: FlashKind) -> usize {
     match kind {
         FlashKind::BackwardDkDv => Tiling::B.registers(kind, 128, 128),
@@ -398,10 +396,9 @@ pub enum LaunchOrder {
     /// Every batch entry's block of the most work first (`x` the batch entry, `y` the block,
     /// from the last when `reversed`): where a causal or window mask makes blocks differ and
     /// the dispatch is a few waves, the heaviest started last would be the tail that all the
-    /// others wait for. Measured on the H200 at S = 2048 causal: 4.99 → 4.34 ms forward +
-    /// backward. With many waves the tail is short and the cache sharing of [`Blocks`] wins
-    /// (S = 8192 causal, 3072 forward workgroups: 66.7 → 68.1–69.8 ms), and blocks of equal
-    /// work lose by it (1–3%, and the whole backward's snake-paired groups at S = 4096).
+    /// others wait for (measured on the H200: BENCHMARKS.md, "heaviest blocks first"). With
+    /// many waves the tail is short and the cache sharing of [`Blocks`] wins, and blocks of
+    /// equal work lose by it.
     ///
     /// [`Blocks`]: LaunchOrder::Blocks
     HeaviestFirst { reversed: bool },
@@ -474,8 +471,8 @@ pub const SCALE_CHUNK: usize = 32 * 256;
 const MAX_SCALE_CHUNKS: usize = 64;
 
 /// Chunks the [`FlashScale`] kernel cuts a batch entry's `elements` of `dO` into, one
-/// workgroup each: enough workgroups to spread the pass over the GPU (one per entry left 0.1
-/// ms of a 2.2 ms attention step on the H200), few enough values for the backward to read.
+/// workgroup each: enough workgroups to spread the pass over the GPU (one per entry left most
+/// of the H200 idle during it), few enough values for the backward to read.
 ///
 /// [`FlashScale`]: crate::kernel::FlashScale
 pub fn scale_chunks(elements: usize) -> usize {

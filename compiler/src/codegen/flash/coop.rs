@@ -65,23 +65,20 @@
 //! are fetched from the arena into registers as `f16` one block ahead: block n + 1's loads are
 //! issued once block n sits in workgroup memory, so their latency hides behind block n's
 //! products, and each invocation writes its registers to the staged arrays when block n + 1
-//! comes ([`Prefetch`]; a block after a skipped one is fetched then). On the H200 this took a
-//! causal attention's forward + backward from 2.204 to 2.118 ms at S = 2048.
+//! comes ([`Prefetch`]; a block after a skipped one is fetched then).
 //!
 //! **Wider heads (forward).** Where the key and value blocks would not fit 48 KiB of workgroup
 //! memory side by side (head dimensions past 64), they take turns in one array: the value
 //! block is staged once the scores are out of the products, while the invocations read them.
 //! The accumulators go through `ss` in passes of 32 rows at value width 128. Walking blocks of
-//! 32 keys instead, as the backward does past 64, measured 4–7% slower on the H200 (twice the
-//! barriers and rescalings per key; BENCHMARKS.md, sixth session).
+//! 32 keys instead, as the backward does past 64, measured slower on the H200 (twice the
+//! barriers and rescalings per key; BENCHMARKS.md, "Attention forward + backward").
 //!
 //! **Wider heads (backward).** Past head dimension 64 the backward walks blocks of 32 keys (or
 //! queries): each subgroup then keeps one score tile's A operands in registers (64 registers
 //! for both row-block operands at 128, as at 64 with two tiles), and the walked blocks fit
 //! workgroup memory with room to spare. The row block's two operands, staged side by side at
 //! 64, go through `x1` in turn; the accumulators leave through `ss` in passes of eight tiles.
-//! On the H200 this took a causal attention's forward + backward at head dimension 128 from
-//! 7.49 ms (the `f32` backward) to 3.92 at S = 2048, 0.71× PyTorch fp32's time.
 //!
 //! **Limits.** For the forward, head dimensions that are multiples of 16 up to 128, the
 //! value's 32, 64 or 128 ([`crate::flash::variant::tc_takes_shape`]); for the backward, 32, 64 or 128 — so that the
