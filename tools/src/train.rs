@@ -228,7 +228,12 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             let loss = scalar(t);
             let elapsed = start.elapsed();
             last = Some((step, loss));
-            bar.set_message(format!("loss {loss:.4}"));
+            match scaler_state(&session)? {
+                Some((scale, skipped)) => bar.set_message(format!(
+                    "loss {loss:.4}, loss scale {scale}, {skipped} skipped"
+                )),
+                None => bar.set_message(format!("loss {loss:.4}")),
+            }
             if let Some(log) = &mut log {
                 log.write(step, loss, elapsed)?;
             }
@@ -305,9 +310,9 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The gradient scaler's state after training (`--precision mixed`), or `None` for a program
-/// without one.
-fn describe_scaler(session: &Session) -> Result<Option<String>, CliError> {
+/// The gradient scaler's scale and skipped steps (`--precision mixed`), or `None` for a
+/// program without one.
+fn scaler_state(session: &Session) -> Result<Option<(f64, f64)>, CliError> {
     use sinter_compiler::loss_scale::{SCALE, SKIPPED};
     let has = |name: &str| {
         session
@@ -320,9 +325,14 @@ fn describe_scaler(session: &Session) -> Result<Option<String>, CliError> {
     }
     let scale = scalar(&session.read_persistent(SCALE)?);
     let skipped = scalar(&session.read_persistent(SKIPPED)?);
-    Ok(Some(format!(
-        "loss scale {scale}; {skipped} steps skipped for non-finite gradients"
-    )))
+    Ok(Some((scale, skipped)))
+}
+
+/// The gradient scaler's state after training, or `None` for a program without one.
+fn describe_scaler(session: &Session) -> Result<Option<String>, CliError> {
+    Ok(scaler_state(session)?.map(|(scale, skipped)| {
+        format!("loss scale {scale}; {skipped} steps skipped for non-finite gradients")
+    }))
 }
 
 /// Draws `curve` to `--plot`, if given (`format` is its checked format), and says where.
