@@ -1,7 +1,9 @@
 //! Import-time evaluation of nodes whose operands are all known: the shape arithmetic PyTorch
 //! exports around `Reshape` and `Expand` (`Shape → Gather → Unsqueeze → Concat`), `Constant`,
-//! `ConstantOfShape`, `Range`, and integer and boolean math on such values. The result is a
-//! [`Literal`], so the shapes that depend on it are static.
+//! `ConstantOfShape`, `Range`, integer and boolean math on such values, and the index ops
+//! exports apply to constant tables (`GatherElements`, `ScatterElements`, `ScatterND`,
+//! `CumSum`, `ArgMax`/`ArgMin`, `Slice` with negative steps). The result is a [`Literal`], so
+//! the shapes that depend on it are static.
 
 use crate::error::Problem;
 use crate::literal::{Elem, Literal};
@@ -67,6 +69,12 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
         }
         "Concat" => concat(args)?,
         "Gather" => gather(args, lit(0)?, lit(1)?)?,
+        "Slice" if has_negative_step(args)? => slice_any_step(args, lit(0)?)?,
+        "GatherElements" => gather_elements(args, lit(0)?, lit(1)?)?,
+        "ScatterElements" => scatter_elements(args, lit(0)?, lit(1)?, lit(2)?)?,
+        "ScatterND" => scatter_nd(args, lit(0)?, lit(1)?, lit(2)?)?,
+        "CumSum" => cumsum(args, lit(0)?, lit(1)?)?,
+        "ArgMax" | "ArgMin" => arg_extreme(args, lit(0)?, op == "ArgMax")?,
         "Slice" => {
             let x = lit(0)?;
             let mut v = x.clone();
@@ -363,4 +371,261 @@ fn gather(args: &Args, data: &Literal, indices: &Literal) -> Result<Literal, Pro
             .chain(idx[a + k..].iter().copied())
             .collect()
     })
+}
+
+/// An index along an axis of extent `dim`, negative ones counting from the end; `what` names
+/// the op in the error.
+fn index_in(i: i64, dim: usize, what: &str) -> Result<usize, Problem> {
+    let d = dim as i64;
+    let j = if i < 0 { i + d } else { i };
+    if (0..d).contains(&j) {
+        Ok(j as usize)
+    } else {
+        Err(Problem::invalid(format!(
+            "{what} index {i} out of range for {dim}"
+        )))
+    }
+}
+
+fn has_negative_step(args: &Args) -> Result<bool, Problem> {
+    Ok(args
+        .literal(4, "Slice's steps")?
+        .is_some_and(|steps| steps.as_ints().iter().any(|&s| s < 0)))
+}
+
+/// `Slice` of a literal with any nonzero steps, as numpy slices (negative steps walk back from
+/// a start clamped to `dim − 1`, to an end clamped to −1).
+fn slice_any_step(args: &Args, x: &Literal) -> Result<Literal, Problem> {
+    let ints = |i: usize, what: &str| -> Result<Option<Vec<i64>>, Problem> {
+        Ok(args.literal(i, what)?.map(Literal::as_ints))
+    };
+    let starts =
+        ints(1, "Slice's starts")?.ok_or_else(|| Problem::invalid("Slice needs starts"))?;
+    let ends = ints(2, "Slice's ends")?.ok_or_else(|| Problem::invalid("Slice needs ends"))?;
+    let axes = ints(3, "Slice's axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = ints(4, "Slice's steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err(Problem::invalid(
+            "starts, ends, axes and steps differ in length",
+        ));
+    }
+    let mut v = x.clone();
+    for (((&a, &s), &e), &step) in axes.iter().zip(&starts).zip(&ends).zip(&steps) {
+        let a = crate::ops::axis(a, x.rank(), "axes")?;
+        if step == 0 {
+            return Err(Problem::invalid("Slice with step 0"));
+        }
+        let dim = x.shape[a] as i64;
+        let at = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+        let picked: Vec<usize> = if step > 0 {
+            let (s, e) = (at(s).clamp(0, dim), at(e).clamp(0, dim));
+            (s..e.max(s))
+                .step_by(step as usize)
+                .map(|i| i as usize)
+                .collect()
+        } else {
+            let (s, e) = (at(s).clamp(-1, dim - 1), at(e).clamp(-1, dim - 1));
+            let mut out = Vec::new();
+            let mut i = s;
+            while i > e {
+                out.push(i as usize);
+                i += step;
+            }
+            out
+        };
+        let mut shape = v.shape.clone();
+        shape[a] = picked.len();
+        v = relayout(&v, shape, |idx| {
+            let mut idx = idx.to_vec();
+            idx[a] = picked[idx[a]];
+            idx
+        })?;
+    }
+    Ok(v)
+}
+
+/// `GatherElements`: `out[i] = data[i with i[axis] = indices[i]]`, of the indices' shape.
+fn gather_elements(args: &Args, data: &Literal, indices: &Literal) -> Result<Literal, Problem> {
+    let a = crate::ops::axis(args.attrs.int("axis", 0), data.rank(), "axis")?;
+    if indices.rank() != data.rank() {
+        return Err(Problem::invalid(
+            "GatherElements: indices and data differ in rank",
+        ));
+    }
+    let ind = indices.as_ints();
+    let n = element_count(&indices.shape)?;
+    let mut out = Vec::with_capacity(n);
+    for (i, &raw) in ind.iter().enumerate().take(n) {
+        let mut idx = unravel(i, &indices.shape);
+        idx[a] = index_in(raw, data.shape[a], "GatherElements")?;
+        if idx.iter().zip(&data.shape).any(|(&j, &d)| j >= d) {
+            return Err(Problem::invalid(
+                "GatherElements: indices pass the data's shape",
+            ));
+        }
+        out.push(data.data[ravel(&idx, &data.shape)]);
+    }
+    Ok(Literal::new(data.elem, indices.shape.clone(), out))
+}
+
+/// How a scatter combines an update with the value there.
+fn scatter_reduction(args: &Args) -> Result<fn(f64, f64) -> f64, Problem> {
+    Ok(match args.attrs.string("reduction", "none").as_str() {
+        "none" => |_, u| u,
+        "add" => |x, u| x + u,
+        "mul" => |x, u| x * u,
+        "max" => f64::max,
+        "min" => f64::min,
+        other => return Err(Problem::unsupported(format!("reduction=\"{other}\""))),
+    })
+}
+
+/// `ScatterElements`: a copy of `data` with `data[i with i[axis] = indices[i]]` combined with
+/// `updates[i]`, in index order.
+fn scatter_elements(
+    args: &Args,
+    data: &Literal,
+    indices: &Literal,
+    updates: &Literal,
+) -> Result<Literal, Problem> {
+    let a = crate::ops::axis(args.attrs.int("axis", 0), data.rank(), "axis")?;
+    if indices.shape != updates.shape || indices.rank() != data.rank() {
+        return Err(Problem::invalid(
+            "ScatterElements: indices, updates and data do not match",
+        ));
+    }
+    let combine = scatter_reduction(args)?;
+    let mut out = data.clone();
+    for (i, &raw) in indices.as_ints().iter().enumerate() {
+        let mut idx = unravel(i, &indices.shape);
+        idx[a] = index_in(raw, data.shape[a], "ScatterElements")?;
+        if idx.iter().zip(&data.shape).any(|(&j, &d)| j >= d) {
+            return Err(Problem::invalid(
+                "ScatterElements: indices pass the data's shape",
+            ));
+        }
+        let at = ravel(&idx, &data.shape);
+        out.data[at] = combine(out.data[at], updates.data[i]);
+    }
+    Ok(out)
+}
+
+/// `ScatterND`: a copy of `data` whose slices at the index tuples of `indices` (its last axis)
+/// are combined with the slices of `updates`.
+fn scatter_nd(
+    args: &Args,
+    data: &Literal,
+    indices: &Literal,
+    updates: &Literal,
+) -> Result<Literal, Problem> {
+    let Some((&k, batch)) = indices.shape.split_last() else {
+        return Err(Problem::invalid("ScatterND: indices of rank 0"));
+    };
+    if k > data.rank() {
+        return Err(Problem::invalid(
+            "ScatterND: index tuples longer than the data's rank",
+        ));
+    }
+    let slice_shape = &data.shape[k..];
+    let expected: Vec<usize> = batch.iter().chain(slice_shape).copied().collect();
+    if updates.shape != expected {
+        return Err(Problem::invalid(format!(
+            "ScatterND: updates of shape {:?}, expected {expected:?}",
+            updates.shape
+        )));
+    }
+    let combine = scatter_reduction(args)?;
+    let slice_len: usize = slice_shape.iter().product();
+    let ind = indices.as_ints();
+    let mut out = data.clone();
+    for (t, tuple) in ind
+        .chunks(k.max(1))
+        .enumerate()
+        .take(batch.iter().product())
+    {
+        let mut idx = vec![0; data.rank()];
+        for (a, &raw) in tuple.iter().enumerate().take(k) {
+            idx[a] = index_in(raw, data.shape[a], "ScatterND")?;
+        }
+        let base = ravel(&idx, &data.shape);
+        for j in 0..slice_len {
+            out.data[base + j] = combine(out.data[base + j], updates.data[t * slice_len + j]);
+        }
+    }
+    Ok(out)
+}
+
+/// `CumSum` along the axis its second operand names, `exclusive` and `reverse` as ONNX defines
+/// them.
+fn cumsum(args: &Args, x: &Literal, axis: &Literal) -> Result<Literal, Problem> {
+    let raw = axis.as_ints();
+    let [raw] = raw[..] else {
+        return Err(Problem::invalid("CumSum's axis must be one value"));
+    };
+    let a = crate::ops::axis(raw, x.rank(), "axis")?;
+    let exclusive = args.attrs.int("exclusive", 0) != 0;
+    let reverse = args.attrs.int("reverse", 0) != 0;
+    let mut out = x.clone();
+    let n = x.data.len();
+    let dim = x.shape[a];
+    for i in 0..n {
+        let idx = unravel(i, &x.shape);
+        if idx[a] != 0 {
+            continue;
+        }
+        // walk this line of the axis
+        let mut total = 0.0;
+        let order: Vec<usize> = if reverse {
+            (0..dim).rev().collect()
+        } else {
+            (0..dim).collect()
+        };
+        for j in order {
+            let mut at = idx.clone();
+            at[a] = j;
+            let k = ravel(&at, &x.shape);
+            let v = x.data[k];
+            if exclusive {
+                out.data[k] = total;
+                total += v;
+            } else {
+                total += v;
+                out.data[k] = total;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `ArgMax` / `ArgMin` along `axis` (`keepdims`, `select_last_index`), as int64 indices.
+fn arg_extreme(args: &Args, x: &Literal, max: bool) -> Result<Literal, Problem> {
+    let a = crate::ops::axis(args.attrs.int("axis", 0), x.rank(), "axis")?;
+    let keep = args.attrs.int("keepdims", 1) != 0;
+    let last = args.attrs.int("select_last_index", 0) != 0;
+    let mut shape = x.shape.clone();
+    shape[a] = 1;
+    let out = relayout(x, shape.clone(), |idx| idx.to_vec())?;
+    let data: Vec<f64> = (0..out.data.len())
+        .map(|i| {
+            let mut idx = unravel(i, &shape);
+            let mut best: Option<(usize, f64)> = None;
+            for j in 0..x.shape[a] {
+                idx[a] = j;
+                let v = x.data[ravel(&idx, &x.shape)];
+                let better = match best {
+                    None => true,
+                    Some((_, b)) if max => v > b || (last && v == b),
+                    Some((_, b)) => v < b || (last && v == b),
+                };
+                if better {
+                    best = Some((j, v));
+                }
+            }
+            best.map_or(0.0, |(j, _)| j as f64)
+        })
+        .collect();
+    if !keep {
+        shape.remove(a);
+    }
+    Ok(Literal::new(Elem::Int, shape, data))
 }

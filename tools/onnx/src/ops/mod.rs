@@ -75,13 +75,8 @@ pub fn float(id: ValueId) -> Result<Results, Problem> {
 /// Translates one ONNX node. Nodes whose operands are all known at import time are folded when
 /// their op is one of the cheap shape and index ops ([`crate::fold`]).
 pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
-    if args
-        .operands
-        .iter()
-        .flatten()
-        .all(|(_, v)| matches!(v, Val::Static(_)))
-        && let Some(folded) = crate::fold::fold(op, args)?
-    {
+    let constant = (args.operands.iter().flatten()).all(|(_, v)| matches!(v, Val::Static(_)));
+    if constant && let Some(folded) = crate::fold::fold(op, args)? {
         return Ok(folded.into_iter().map(|l| Some(Val::Static(l))).collect());
     }
     if let Some(result) = elementwise::translate(cx, op, args)? {
@@ -97,7 +92,15 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Pr
         return Ok(result);
     }
     Err(Problem::UnsupportedOp {
-        why: unsupported_reason(op),
+        why: if constant && !args.operands.is_empty() {
+            format!(
+                "`{op}` on constant operands: the import-time folder does not evaluate it, and \
+                 {}",
+                unsupported_reason(op)
+            )
+        } else {
+            unsupported_reason(op)
+        },
     })
 }
 
