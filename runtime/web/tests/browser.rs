@@ -351,7 +351,7 @@ fn read_npy_gives_dtype_shape_and_data() {
 fn ints(t: &HostTensor) -> &[i32] {
     match &t.data {
         TensorData::I32(v) => v,
-        TensorData::F32(_) => panic!("not i32"),
+        TensorData::F32(_) | TensorData::F16(_) => panic!("not i32"),
     }
 }
 
