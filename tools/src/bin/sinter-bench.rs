@@ -18,6 +18,8 @@
 //!   generated training step (`tools/src/gpt.rs`, `tools/src/llama.rs`): compile time, the
 //!   first two losses, time per step and the kernel profile; the folder it writes is what
 //!   `bench/gpt_torch.py` and `bench/llama_torch.py` read.
+//! - `sinter-bench calibrate [--base portable] [--sms N] [-o target.json]`: the target model's
+//!   rates measured on this device (see `bench/calibrate.rs`), for `sinter compile --target`.
 //! - `sinter-bench generate [--batch 1,8] [--prompt-tokens 512] [--new-tokens 256]
 //!   [--program FILE.sir] [--profile]`: text generation with the derived prefill and step
 //!   programs, GPT-2 small's shape by default (see `bench/generate.rs`); prefill time, decoding
@@ -39,6 +41,8 @@ use clap::{Parser, Subcommand};
 
 #[path = "bench/attention.rs"]
 mod attention;
+#[path = "bench/calibrate.rs"]
+mod calibrate;
 #[path = "bench/generate.rs"]
 mod generate;
 #[path = "bench/scaling.rs"]
@@ -89,6 +93,9 @@ enum Command {
     /// Text generation with the derived prefill and step programs: prefill time and decoding
     /// tokens per second per batch size (GPT-2-style model, or any program).
     Generate(generate::GenerateArgs),
+    /// The target model's rates measured on this device (launch, bandwidth, arithmetic, every
+    /// matmul block shape), written as a target file for `sinter compile --target FILE.json`.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// The shape of a GPT-2-style model (`sinter_cli::gpt`) but its context and batch; GPT-2
@@ -284,6 +291,7 @@ fn main() -> ExitCode {
         Command::Scaling(args) => scaling::scaling(args, &out),
         Command::Attention(args) => attention::attention(args, &out),
         Command::Generate(args) => generate::generate(args, &out),
+        Command::Calibrate(args) => calibrate::calibrate(args, &out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
