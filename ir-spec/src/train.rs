@@ -79,9 +79,21 @@ pub struct TrainSpec {
     pub schedule: LrSchedule,
     /// The params that get no weight decay (their group's `weight_decay` is 0).
     pub no_decay: NoDecay,
+    /// A group whose learning rate is the schedule's times a factor (`lr_scaled=[...]`,
+    /// `lr_scale=S`).
+    pub lr_scaled: Option<LrScaled>,
     /// Gradient accumulation: a run is one micro-batch; every `accumulate`-th run applies the
     /// mean of the micro-batches' gradients (1: every run updates).
     pub accumulate: u64,
+}
+
+/// `lr_scaled=[P1, ...]` with `lr_scale=S` of `train`: PyTorch's param group
+/// `{"params": [P1, ...], "lr": S * lr}` (with a schedule, the group's rate is `S` times the
+/// scheduled one, as a `LambdaLR` over both groups gives).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LrScaled {
+    pub params: Vec<ValueId>,
+    pub scale: f64,
 }
 
 /// `no_decay=` of `train`: which params form the group without weight decay.
@@ -139,6 +151,7 @@ impl TrainSpec {
             params: None,
             schedule: LrSchedule::CONSTANT,
             no_decay: NoDecay::Nothing,
+            lr_scaled: None,
             accumulate: 1,
         }
     }
@@ -220,6 +233,10 @@ pub enum TrainError {
     Schedule(String),
     #[error("`{name}` in no_decay is not a param this `train` updates")]
     NoDecay { name: String },
+    #[error("`{name}` in lr_scaled is not a param this `train` updates")]
+    LrScaled { name: String },
+    #[error("lr_scale={value} must be positive and finite")]
+    LrScale { value: f64 },
     /// The optimizer's attributes break its op's rule.
     #[error("{0}")]
     Optimizer(TypeError),
@@ -249,15 +266,18 @@ pub const BIAS: &str = "train.bias_corrections";
 pub const BIAS_TABLE: &str = "train.bias_table";
 
 /// The attributes of `train` itself (the rest are the optimizer's).
-pub const TRAIN_ATTRS: [&str; 7] = [
+pub const TRAIN_ATTRS: [&str; 8] = [
     "clip_norm",
     "schedule",
     "warmup",
     "total_steps",
     "min_lr",
     "no_decay",
+    "lr_scale",
     "accumulate",
 ];
+/// The learning rate of the `lr_scaled` group.
+pub const LR_SCALED: &str = "train.lr.scaled";
 /// Gradient accumulation's micro-step counter, and whether this run updates.
 pub const MICRO: &str = "train.micro";
 pub const MICRO_NEXT: &str = "train.micro.next";
@@ -480,6 +500,16 @@ fn check(g: &Graph, loss: ValueId, spec: &TrainSpec) -> Result<Vec<ValueId>, Tra
             name: g.name_of(p).to_string(),
         });
     }
+    if let Some(group) = &spec.lr_scaled {
+        if let Some(&p) = group.params.iter().find(|p| !params.contains(p)) {
+            return Err(TrainError::LrScaled {
+                name: g.name_of(p).to_string(),
+            });
+        }
+        if !(group.scale > 0.0 && group.scale.is_finite()) {
+            return Err(TrainError::LrScale { value: group.scale });
+        }
+    }
     let s = spec.schedule;
     if s.kind != ScheduleKind::Constant && s.total_steps.is_none() {
         return Err(TrainError::Schedule(format!(
@@ -637,6 +667,21 @@ pub fn add_training(
     if lr.is_some() {
         attrs.remove(key::LR.name);
     }
+    // the scaled group's rate: the step's rate times the factor, or the attribute's
+    let scaled_lr = match (&spec.lr_scaled, lr) {
+        (Some(group), Some(lr)) => {
+            let factor = g.constant(group.scale)?;
+            Some(
+                g.add_node(
+                    Op::Mul,
+                    &[lr, factor],
+                    Attrs::new(),
+                    Some(&[LR_SCALED.to_string()]),
+                )?[0],
+            )
+        }
+        _ => None,
+    };
 
     // 5. The updates.
     let mut results = Vec::new();
@@ -646,13 +691,21 @@ pub fn add_training(
         if adam {
             inputs.extend(step_next);
         }
-        inputs.extend(lr);
+        let scaled = (spec.lr_scaled.as_ref()).filter(|group| group.params.contains(&params[i]));
+        inputs.extend(if scaled.is_some() {
+            scaled_lr.or(lr)
+        } else {
+            lr
+        });
         inputs.extend(bias);
         let mut result_names = vec![format!("{name}.next")];
         result_names.extend(suffixes.iter().map(|(s, _)| format!("{name}.{s}.next")));
         let mut attrs = attrs.clone();
         if spec.no_decay.excludes(g, params[i]) {
             attrs.set(key::WEIGHT_DECAY.name, Attr::Float(0.0));
+        }
+        if let (Some(group), None) = (scaled, lr) {
+            attrs.set(key::LR.name, Attr::Float(spec.lr() * group.scale));
         }
         let out = g.add_node(spec.optimizer.op(), &inputs, attrs, Some(&result_names))?;
         results.push(out);

@@ -524,3 +524,52 @@ fn no_decay_groups() {
         assert!(text.contains(message), "{train}: {text}");
     }
 }
+
+#[test]
+fn lr_scaled_groups() {
+    // the group's update is the update at the scaled rate, bit for bit: adam (whose rate is
+    // a value), with and without a schedule, and sgd (whose rate is an attribute)
+    let (gw, gb) = gradients();
+    for (optimizer, scheduled) in [
+        ("adamw(lr=0.01", ""),
+        ("adamw(lr=0.01", ", schedule=\"cosine\", warmup=2, total_steps=10"),
+        ("sgd(lr=0.01, momentum=0.9", ""),
+    ] {
+        let halved = optimizer.replace("lr=0.01", "lr=0.005");
+        let scaled = train(
+            &linear(&format!(
+                "train loss with {optimizer}{scheduled}, lr_scaled=[w], lr_scale=0.5)"
+            )),
+            &gw,
+            &gb,
+            3,
+        );
+        let plain = train(
+            &linear(&format!("train loss with {optimizer}{scheduled})")),
+            &gw,
+            &gb,
+            3,
+        );
+        let slow = train(
+            &linear(&format!("train loss with {halved}{scheduled})")),
+            &gw,
+            &gb,
+            3,
+        );
+        assert_eq!(scaled["w"].data, slow["w"].data, "{optimizer}{scheduled}");
+        assert_eq!(scaled["b"].data, plain["b"].data, "{optimizer}{scheduled}");
+        assert_ne!(scaled["w"].data, plain["w"].data, "{optimizer}{scheduled}");
+    }
+    for (train, message) in [
+        ("lr_scaled=[w]", "`lr_scaled` names a group without its factor"),
+        ("lr_scale=0.5", "`lr_scale` without the params it scales"),
+        ("lr_scaled=[w], lr_scale=0", "lr_scale=0 must be positive and finite"),
+        ("params=[w], lr_scaled=[b], lr_scale=0.5", "`b` in lr_scaled is not a param"),
+    ] {
+        let src = linear(&format!("train loss with adamw(lr=0.1, {train})"));
+        let text = sinter_ir::text::parse(&src)
+            .expect_err(train)
+            .render("t.sir", &src);
+        assert!(text.contains(message), "{train}: {text}");
+    }
+}

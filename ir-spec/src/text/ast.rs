@@ -149,6 +149,8 @@ pub(crate) struct Train {
     pub params: Option<ParamList>,
     /// `no_decay=[...]`, when given as a list (`no_decay="1d"` is among `attrs`).
     pub no_decay: Option<ParamList>,
+    /// `lr_scaled=[...]`, when given.
+    pub lr_scaled: Option<ParamList>,
     /// The whole statement.
     pub span: Span,
 }

@@ -670,6 +670,7 @@ impl Lowerer<'_> {
         }
         let attrs = self.attrs(&t.attrs);
         let no_decay = self.no_decay(t);
+        let lr_scaled = self.lr_scaled(t);
         let clip_norm = self.clip_norm(t);
         let schedule = self.schedule(t);
         let micro_batches = self.accumulate(t);
@@ -685,6 +686,7 @@ impl Lowerer<'_> {
             Ok(clip_norm),
             Ok(schedule),
             Ok(no_decay),
+            Ok(lr_scaled),
             Ok(micro_batches),
             Ok(()),
         ) = (
@@ -695,6 +697,7 @@ impl Lowerer<'_> {
             clip_norm,
             schedule,
             no_decay,
+            lr_scaled,
             micro_batches,
             known,
         )
@@ -712,6 +715,7 @@ impl Lowerer<'_> {
             params: t.params.as_ref().map(|_| params),
             schedule,
             no_decay,
+            lr_scaled,
             accumulate: micro_batches,
         };
         let first_value = self.graph.values.len();
@@ -855,6 +859,42 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `lr_scaled=[P1, ...]` with `lr_scale=S`: both or neither.
+    fn lr_scaled(&mut self, t: &Train) -> LResult<Option<train::LrScaled>> {
+        let scale = t.attrs.iter().find(|a| a.name.name == "lr_scale");
+        match (&t.lr_scaled, scale) {
+            (None, None) => Ok(None),
+            (Some(list), Some(arg)) => {
+                let Some(scale) = arg.value.to_attr().as_ref().and_then(Attr::as_float) else {
+                    let diag = Diagnostic::error("`lr_scale` is a number", arg.span.range())
+                        .with_label("not a number");
+                    return Err(self.report(diag));
+                };
+                let mut params = Vec::new();
+                for ident in &list.names {
+                    params.push(self.use_name(ident)?);
+                }
+                Ok(Some(train::LrScaled { params, scale }))
+            }
+            (Some(list), None) => {
+                let diag = Diagnostic::error(
+                    "`lr_scaled` names a group without its factor",
+                    list.span.range(),
+                )
+                .with_label("no `lr_scale`")
+                .with_help("give the group's factor: `lr_scaled=[emb], lr_scale=0.1`");
+                Err(self.report(diag))
+            }
+            (None, Some(arg)) => {
+                let diag =
+                    Diagnostic::error("`lr_scale` without the params it scales", arg.span.range())
+                        .with_label("no `lr_scaled=[...]`")
+                        .with_help("name the group: `lr_scaled=[emb], lr_scale=0.1`");
+                Err(self.report(diag))
+            }
+        }
+    }
+
     /// Rejects attributes that neither the optimizer nor `train` takes.
     fn known_train_attrs(&mut self, optimizer: Optimizer, t: &Train) -> LResult<()> {
         let spec = optimizer.op().spec();
@@ -969,6 +1009,30 @@ impl Lowerer<'_> {
                     })
                     .map_or(t.keyword, |a| a.span);
                 Diagnostic::error(message, span.range()).with_label("invalid schedule")
+            }
+            TrainError::LrScaled { name } => {
+                let span = t
+                    .lr_scaled
+                    .as_ref()
+                    .and_then(|l| l.names.iter().find(|n| n.name == name))
+                    .map_or(t.keyword, |n| n.span);
+                Diagnostic::error(
+                    format!("`{name}` in lr_scaled is not a param this `train` updates"),
+                    span.range(),
+                )
+                .with_label("not trained here")
+            }
+            TrainError::LrScale { value } => {
+                let span = t
+                    .attrs
+                    .iter()
+                    .find(|a| a.name.name == "lr_scale")
+                    .map_or(t.keyword, |a| a.span);
+                Diagnostic::error(
+                    format!("lr_scale={value} must be positive and finite"),
+                    span.range(),
+                )
+                .with_label("invalid")
             }
             TrainError::NoDecay { name } => {
                 let span = t

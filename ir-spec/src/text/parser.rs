@@ -619,6 +619,7 @@ impl<'a> Parser<'a> {
         let mut attrs = Vec::new();
         let mut params: Option<ParamList> = None;
         let mut no_decay: Option<ParamList> = None;
+        let mut lr_scaled: Option<ParamList> = None;
         loop {
             if self.at_line_start() && self.starts_statement(self.pos) {
                 return self.unexpected("`)`");
@@ -631,14 +632,15 @@ impl<'a> Parser<'a> {
                         Some("no_decay") if *self.peek_third() == TokenKind::LBracket => {
                             Some("no_decay")
                         }
+                        Some("lr_scaled") => Some("lr_scaled"),
                         _ => None,
                     };
                     if let Some(key) = listed {
                         let list = self.param_list()?;
-                        let slot = if key == "params" {
-                            &mut params
-                        } else {
-                            &mut no_decay
+                        let slot = match key {
+                            "params" => &mut params,
+                            "no_decay" => &mut no_decay,
+                            _ => &mut lr_scaled,
                         };
                         if let Some(first) = slot {
                             let diag = Diagnostic::error(
@@ -677,6 +679,7 @@ impl<'a> Parser<'a> {
             attrs,
             params,
             no_decay,
+            lr_scaled,
             span: keyword.to(end),
         }))
     }
@@ -699,9 +702,10 @@ impl<'a> Parser<'a> {
         self.fail(diag)
     }
 
-    /// `params=[P1, P2, ...]` (or `no_decay=[...]`) inside a `train` statement's optimizer call.
+    /// `params=[P1, P2, ...]` (or `no_decay=[...]`, `lr_scaled=[...]`) inside a `train`
+    /// statement's optimizer call.
     fn param_list(&mut self) -> PResult<ParamList> {
-        let start = self.bump().span; // `params` or `no_decay`
+        let start = self.bump().span; // `params`, `no_decay` or `lr_scaled`
         self.bump(); // `=`
         if *self.peek() != TokenKind::LBracket {
             let help = "list the params to train by name: `params=[w1, b1]`".to_string();
