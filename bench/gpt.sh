@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPT-2-style training steps, sinter (optimized and --no-opt) against PyTorch eager fp32 in the
+# GPT-2-style training steps, sinter (optimized, --no-opt, and in mixed precision with the flash
+# kernels forced: MIXED=1) against PyTorch eager fp32 in the
 # same host session (see bench/README.md). Expects .bench/sinter-bench and the Vulkan loaders in
 # .gl/; writes one log per shape under $OUT.
 #
@@ -16,7 +17,9 @@ for shape in "$@"; do
   mkdir -p "$dir"
   log="$OUT/$name.txt"
   : > "$dir/sinter.jsonl"
-  for opt in "" "--no-opt"; do
+  opts=("" "--no-opt")
+  [[ ${MIXED:-0} == 1 ]] && opts+=("--precision mixed --attention flash")
+  for opt in "${opts[@]}"; do
     $B --json gpt --layers "$1" --width "$2" --heads "$3" --steps "$STEPS" --profile 2 \
       --max-binding 2147483644 $opt --out "$dir" >> "$dir/sinter.jsonl" 2>> "$log"
   done
