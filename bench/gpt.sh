@@ -17,8 +17,10 @@ for shape in "$@"; do
   mkdir -p "$dir"
   log="$OUT/$name.txt"
   : > "$dir/sinter.jsonl"
-  opts=("" "--no-opt")
+  # the f32 runs last: the folder keeps their step-1 params, which gpt_torch.py checks against
+  opts=()
   [[ ${MIXED:-0} == 1 ]] && opts+=("--precision mixed --attention flash")
+  opts+=("--no-opt" "")
   for opt in "${opts[@]}"; do
     $B --json gpt --layers "$1" --width "$2" --heads "$3" --steps "$STEPS" --profile 2 \
       --max-binding 2147483644 $opt --out "$dir" >> "$dir/sinter.jsonl" 2>> "$log"

@@ -17,7 +17,8 @@ for context in "$@"; do
   mkdir -p "$dir"
   log="$OUT/$name.txt"
   : > "$dir/sinter.jsonl"
-  for precision in f32 mixed; do
+  # f32 last: the folder keeps its step-1 params, which llama_torch.py checks against
+  for precision in mixed f32; do
     $B --json llama --context "$context" --steps "$STEPS" --profile 2 --precision "$precision" \
       --max-binding 2147483644 --out "$dir" >> "$dir/sinter.jsonl" 2>> "$log"
   done
