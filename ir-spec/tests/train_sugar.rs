@@ -532,7 +532,10 @@ fn lr_scaled_groups() {
     let (gw, gb) = gradients();
     for (optimizer, scheduled) in [
         ("adamw(lr=0.01", ""),
-        ("adamw(lr=0.01", ", schedule=\"cosine\", warmup=2, total_steps=10"),
+        (
+            "adamw(lr=0.01",
+            ", schedule=\"cosine\", warmup=2, total_steps=10",
+        ),
         ("sgd(lr=0.01, momentum=0.9", ""),
     ] {
         let halved = optimizer.replace("lr=0.01", "lr=0.005");
@@ -561,10 +564,19 @@ fn lr_scaled_groups() {
         assert_ne!(scaled["w"].data, plain["w"].data, "{optimizer}{scheduled}");
     }
     for (train, message) in [
-        ("lr_scaled=[w]", "`lr_scaled` names a group without its factor"),
+        (
+            "lr_scaled=[w]",
+            "`lr_scaled` names a group without its factor",
+        ),
         ("lr_scale=0.5", "`lr_scale` without the params it scales"),
-        ("lr_scaled=[w], lr_scale=0", "lr_scale=0 must be positive and finite"),
-        ("params=[w], lr_scaled=[b], lr_scale=0.5", "`b` in lr_scaled is not a param"),
+        (
+            "lr_scaled=[w], lr_scale=0",
+            "lr_scale=0 must be positive and finite",
+        ),
+        (
+            "params=[w], lr_scaled=[b], lr_scale=0.5",
+            "`b` in lr_scaled is not a param",
+        ),
     ] {
         let src = linear(&format!("train loss with adamw(lr=0.1, {train})"));
         let text = sinter_ir::text::parse(&src)

@@ -16,7 +16,7 @@ use sinter_ir::artifact::WORD_BYTES;
 
 fn constants(s: &mut String, e: &mut Emitter, names: &[&str], values: &[usize]) {
     for (name, &v) in names.iter().zip(values) {
-        let p = e.param(v);
+        let p = e.param(v, name);
         writeln!(s, "    let {name} = {p};").unwrap();
     }
 }
@@ -86,7 +86,7 @@ pub fn emit_conv_grad_input(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 3
         let total = o_g * kh * kw;
         let unroll = unroll_factor(total, 1, 0);
         e.loop_trips(total.div_ceil(u64::from(unroll)));
-        let total_p = e.param(total as usize);
+        let total_p = e.param(total as usize, "loop");
         let body = format!(
             "let oc = g * O_G + oo;
 let th = i32(c2 + PH) - i32(i * DH);
@@ -128,13 +128,13 @@ fn segment_prologue(e: &mut Emitter, s: &mut String, out: &View, len: usize) -> 
         "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + lid / SEG;"
     )
     .unwrap();
-    let (rows_p, len_p) = (e.param(out.numel()), e.param(len));
+    let (rows_p, len_p) = (e.param(out.numel(), "rows"), e.param(len, "row_len"));
     writeln!(
         s,
         "    let live = row < {rows_p};\n    let len = select(0u, {len_p}, live);"
     )
     .unwrap();
-    let out_dims = e.params(&out.shape);
+    let out_dims = e.params(&out.shape, "out.shape");
     decompose(s, "    ", "select(0u, row, live)", "k", &out_dims);
     (seg, per_group)
 }
@@ -170,7 +170,7 @@ pub fn emit_conv_grad_weight(e: &mut Emitter, k: &Conv2dGrad) -> (String, [u32; 
     constants(&mut s, e, &names, &values);
     writeln!(s, "    let c = (k0 / O_G) * C_G + k1;").unwrap();
     writeln!(s, "    var acc = 0.0;").unwrap();
-    let red_dims = e.params(&[n, oh, ow]);
+    let red_dims = e.params(&[n, oh, ow], "reduced");
     let per_thread = (len as u64).div_ceil(u64::from(seg));
     let combine = u64::from(seg.trailing_zeros());
     let unroll = unroll_factor(per_thread, 1, combine);
@@ -345,10 +345,10 @@ fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3],
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
     let (rows_p, width_p, blocks_p, len_p) = (
-        e.param(rows),
-        e.param(width),
-        e.param(col_blocks),
-        e.param(len),
+        e.param(rows, "rows"),
+        e.param(width, "width"),
+        e.param(col_blocks, "col_blocks"),
+        e.param(len, "len"),
     );
     writeln!(s, "    let g = wid.x + wid.y * nwg.x;").unwrap();
     writeln!(s, "    let v = g / {blocks_p};").unwrap();
@@ -365,7 +365,7 @@ fn emit_scatter_add_lists(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3],
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
-    let id_dims = e.params(&k.ids.shape);
+    let id_dims = e.params(&k.ids.shape, "ids.shape");
     let (id_addr, dy_addr) = scatter_addresses(k, "colc");
     writeln!(s, "    var acc = 0.0;").unwrap();
     writeln!(
@@ -448,7 +448,7 @@ fn emit_scatter_add_scan(e: &mut Emitter, k: &ScatterAdd) -> (String, [u32; 3], 
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
-    let id_dims = e.params(&k.ids.shape);
+    let id_dims = e.params(&k.ids.shape, "ids.shape");
     let (id_addr, dy_addr) = scatter_addresses(k, "k1");
     let body = format!(
         "if ({} == i32(k0)) {{ acc = acc + {dy}[{dy_addr}]; }}",
@@ -492,9 +492,9 @@ pub fn emit_slice_grad(e: &mut Emitter, k: &SliceGrad) -> (String, [u32; 3], u32
     let dy = bind_view(e, &mut s, "dy", &k.dy);
     let o = bind_view(e, &mut s, "o", &k.out);
     let (start, step, len) = (
-        e.param(k.start),
-        e.param(k.step),
-        e.param(k.dy.shape[k.axis]),
+        e.param(k.start, "start"),
+        e.param(k.step, "step"),
+        e.param(k.dy.shape[k.axis], "dy.len"),
     );
     let a = k.axis;
     let mut dy_addr = "dy_base".to_string();

@@ -15,10 +15,10 @@ use sinter_ir::DType;
 /// Binds `{name}_base` and `{name}_s{0..}` for a view and returns its arena binding.
 pub(super) fn bind_view(e: &mut Emitter, s: &mut String, name: &str, view: &View) -> String {
     let arena = e.arena(view.buffer);
-    let base = e.base(view.buffer, view.offset);
+    let base = e.base(view.buffer, view.offset, name);
     writeln!(s, "    let {name}_base = {base};").unwrap();
     for (axis, &stride) in view.strides.iter().enumerate() {
-        let st = e.param(stride);
+        let st = e.param(stride, &format!("{name}.stride[{axis}]"));
         writeln!(s, "    let {name}_s{axis} = {st};").unwrap();
     }
     arena
@@ -28,9 +28,9 @@ pub(super) fn header(s: &mut String, e: &mut Emitter, out: &View) {
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
     thread_index(s);
-    let n = e.param(out.numel());
+    let n = e.param(out.numel(), "n");
     writeln!(s, "    if (gi >= {n}) {{ return; }}").unwrap();
-    let dims = e.params(&out.shape);
+    let dims = e.params(&out.shape, "out.shape");
     decompose(s, "    ", "gi", "c", &dims);
 }
 
@@ -65,7 +65,7 @@ pub fn emit_conv(e: &mut Emitter, k: &Conv2d) -> (String, [u32; 3], u32) {
         k.dilation[1],
     ];
     for (name, v) in names.iter().zip(values) {
-        let p = e.param(v);
+        let p = e.param(v, name);
         writeln!(s, "    let {name} = {p};").unwrap();
     }
     writeln!(s, "    let g = c1 / O_G;").unwrap();
@@ -116,7 +116,7 @@ pub fn emit_conv(e: &mut Emitter, k: &Conv2d) -> (String, [u32; 3], u32) {
         let total = c_g * kh * kw;
         let unroll = unroll_factor(total, 1, 0);
         e.loop_trips(total.div_ceil(u64::from(unroll)));
-        let total_p = e.param(total as usize);
+        let total_p = e.param(total as usize, "loop");
         let body = format!(
             "let ih = i32(c2 * SH + i * DH) - i32(PH);
 let iw = i32(c3 * SW + j * DW) - i32(PW);
@@ -166,7 +166,7 @@ pub fn emit_pool(e: &mut Emitter, k: &Pool2d) -> (String, [u32; 3], u32) {
         k.padding[1],
     ];
     for (name, v) in names.iter().zip(values) {
-        let p = e.param(v);
+        let p = e.param(v, name);
         writeln!(s, "    let {name} = {p};").unwrap();
     }
     let (init, combine) = if k.max {
@@ -201,7 +201,7 @@ pub fn emit_pool(e: &mut Emitter, k: &Pool2d) -> (String, [u32; 3], u32) {
         let total = kh * kw;
         let unroll = unroll_factor(total, 1, 0);
         e.loop_trips(total.div_ceil(u64::from(unroll)));
-        let total_p = e.param(total as usize);
+        let total_p = e.param(total as usize, "loop");
         let body = format!(
             "let ih = i32(c2 * SH + i) - i32(PH);
 let iw = i32(c3 * SW + j) - i32(PW);
@@ -256,7 +256,7 @@ pub fn emit_gather(e: &mut Emitter, k: &Gather) -> (String, [u32; 3], u32) {
     let ids = bind_view(e, &mut s, "ids", &k.ids);
     let o = bind_view(e, &mut s, "o", &k.out);
     let rank = k.out.rank();
-    let vocab = e.param(k.table.shape[0]);
+    let vocab = e.param(k.table.shape[0], "vocab");
     let mut id_addr = "ids_base".to_string();
     let mut o_addr = "o_base".to_string();
     for axis in 0..rank - 1 {

@@ -190,15 +190,16 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         }
     }
 
-    /// The address of a tensor at the current point: base + Σ coordinate · stride.
-    fn address(&mut self, access: &Access, view: &View) -> (String, String) {
+    /// The address of a tensor at the current point: base + Σ coordinate · stride; `name`
+    /// names its param words.
+    fn address(&mut self, access: &Access, view: &View, name: &str) -> (String, String) {
         let arena = self.e.arena(view.buffer);
-        let base = self.e.base(view.buffer, view.offset);
+        let base = self.e.base(view.buffer, view.offset, name);
         let strides = space_strides(self.p, access, view);
         let mut addr = base;
         for (axis, &st) in strides.iter().enumerate() {
             if st != 0 {
-                let sp = self.e.param(st);
+                let sp = self.e.param(st, &format!("{name}.stride[c{axis}]"));
                 write!(addr, " + c{axis} * {sp}").unwrap();
             }
         }
@@ -206,7 +207,11 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
     }
 
     fn operand_load(&mut self, o: usize) -> String {
-        let (arena, addr) = self.address(&self.p.operands[o].clone(), &self.k.operands[o].clone());
+        let (arena, addr) = self.address(
+            &self.p.operands[o].clone(),
+            &self.k.operands[o].clone(),
+            &format!("in{o}"),
+        );
         let storage = self.e.storage(self.k.operands[o].buffer);
         load(&arena, &addr, self.p.operands[o].dtype, storage)
     }
@@ -262,7 +267,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                     // Drivers fold `x - x` (and `x + -x`) to 0, which IEEE makes NaN for an
                     // infinite or NaN `x`: hide that the right side is the same value by OR-ing
                     // in a param word that is 0 at run time.
-                    let zero = self.e.param(0);
+                    let zero = self.e.param(0, "zero");
                     a[1] = format!("bitcast<f32>(bitcast<u32>({}) | {zero})", a[1]);
                 }
                 scalar(*op, &a)
@@ -276,7 +281,7 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         if let Some((_, wgsl)) = self.constants.iter().find(|(b, _)| *b == bits) {
             return wgsl.clone();
         }
-        let wgsl = format!("bitcast<f32>({})", self.e.param(bits as usize));
+        let wgsl = format!("bitcast<f32>({})", self.e.param(bits as usize, "constant"));
         self.constants.push((bits, wgsl.clone()));
         wgsl
     }
@@ -344,7 +349,8 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
 
     fn store_output(&mut self, o: usize) -> String {
         let out = self.p.outputs[o].clone();
-        let (arena, addr) = self.address(&out.access, &self.k.outputs[o].clone());
+        let (arena, addr) =
+            self.address(&out.access, &self.k.outputs[o].clone(), &format!("out{o}"));
         let storage = self.e.storage(self.k.outputs[o].buffer);
         store(
             &arena,
@@ -369,14 +375,14 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         };
         let chunk = p.domain.first().map_or(1, |&d0| d0.div_ceil(points));
         let threads: usize = chunk * p.domain.iter().skip(1).product::<usize>();
-        let n = self.e.param(threads);
+        let n = self.e.param(threads, "threads");
         writeln!(
             self.body,
             "    let gi = (wid.x + wid.y * nwg.x) * {WORKGROUP}u + lid;"
         )
         .unwrap();
         writeln!(self.body, "    if (gi >= {n}) {{ return; }}").unwrap();
-        let dims = self.e.params(&p.domain);
+        let dims = self.e.params(&p.domain, "domain");
         let roots: Vec<u32> = p.outputs.iter().map(|o| o.value).collect();
         let need = self.needed(&roots);
         if points == 1 {
@@ -384,14 +390,14 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
         } else {
             // the outermost coordinate of the thread's first point; `c0` steps from it
             decompose_named(&mut self.body, "    ", "gi", 0, &dims, "first0");
-            let step = self.e.param(chunk);
+            let step = self.e.param(chunk, "chunk");
             writeln!(
                 self.body,
                 "    for (var u = 0u; u < {points}u; u = u + 1u) {{\n        let c0 = first0 + u * {step};"
             )
             .unwrap();
             if !p.domain[0].is_multiple_of(points) {
-                let outer = self.e.param(p.domain[0]);
+                let outer = self.e.param(p.domain[0], "domain[0]");
                 writeln!(self.body, "        if (c0 >= {outer}) {{ break; }}").unwrap();
             }
             self.e.loop_trips(points as u64);
@@ -448,14 +454,14 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             "    let row = (wid.x + wid.y * nwg.x) * {per_group}u + slot;"
         )
         .unwrap();
-        let rows_p = self.e.param(rows);
-        let len_p = self.e.param(len);
+        let rows_p = self.e.param(rows, "rows");
+        let len_p = self.e.param(len, "row_len");
         let b = &mut self.body;
         writeln!(b, "    let live = row < {rows_p};").unwrap();
         writeln!(b, "    let len = select(0u, {len_p}, live);").unwrap();
-        let ddims = self.e.params(&p.domain);
+        let ddims = self.e.params(&p.domain, "domain");
         decompose_into(&mut self.body, "    ", "select(0u, row, live)", 0, &ddims);
-        let rdims = self.e.params(&p.reduce);
+        let rdims = self.e.params(&p.reduce, "reduce");
         // Loop iterations per invocation: one loop over the row per phase (and one for the
         // per-element outputs), one combination per phase; long rows unroll the row loops.
         let writes_elements = p.outputs.iter().any(|o| {

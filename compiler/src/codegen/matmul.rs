@@ -91,9 +91,9 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     writeln!(s, "var<workgroup> Bs: array<{word}, {}>;", bk * sb / per).unwrap();
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     writeln!(s, "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{").unwrap();
-    let (m, n, kk) = (e.param(k.m), e.param(k.n), e.param(k.k));
+    let (m, n, kk) = (e.param(k.m, "M"), e.param(k.n, "N"), e.param(k.k, "K"));
     writeln!(s, "    let M = {m};\n    let N = {n};\n    let K = {kk};").unwrap();
-    let batch_dims = e.params(&k.batch);
+    let batch_dims = e.params(&k.batch, "batch");
     decompose(&mut s, "    ", "wid.z", "b", &batch_dims);
     // the output's binding first: an operand's quads alias comes after the plain arenas
     let arena_o = e.arena(k.out.buffer);
@@ -108,12 +108,15 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
         e.arena(k.b.buffer)
     };
     let mut base = |name: &str, view: &View| {
-        let mut b = e.base(view.buffer, view.offset);
+        let mut b = e.base(view.buffer, view.offset, name);
         for axis in 0..rb {
-            let st = e.param(view.strides[axis]);
+            let st = e.param(view.strides[axis], &format!("{name}.stride[b{axis}]"));
             write!(b, " + b{axis} * {st}").unwrap();
         }
-        let (s0, s1) = (e.param(view.strides[rb]), e.param(view.strides[rb + 1]));
+        let (s0, s1) = (
+            e.param(view.strides[rb], &format!("{name}.stride[0]")),
+            e.param(view.strides[rb + 1], &format!("{name}.stride[1]")),
+        );
         writeln!(
             s,
             "    let {name}_base = {b};\n    let {name}_s0 = {s0};\n    let {name}_s1 = {s1};"
@@ -242,17 +245,17 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
     writeln!(s, "fn main({ENTRY_ARGS}) {{").unwrap();
     let per = if quads { 4 } else { 1 };
     // outputs (or quads) per split: the thread count and the partials' plane
-    let count = e.param(numel / per);
-    let splits_p = e.param(splits);
+    let count = e.param(numel / per, "count");
+    let splits_p = e.param(splits, "splits");
     writeln!(
         s,
         "    let gi = (wid.x + wid.y * nwg.x) * {WORKGROUP}u + lid;\n    if (gi >= {count}) {{ return; }}"
     )
     .unwrap();
     let at = if quads { "gi * 4u" } else { "gi" };
-    let dims = e.params(&out.shape);
+    let dims = e.params(&out.shape, "out.shape");
     decompose(&mut s, "    ", at, "c", &dims);
-    let base = e.base(k.partials.buffer, k.partials.offset);
+    let base = e.base(k.partials.buffer, k.partials.offset, "partials");
     let (zero, arena, index) = if quads {
         (
             "vec4<f32>(0.0)",
@@ -281,7 +284,7 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
         None => v.to_string(),
     };
     let last = format!("c{}", rank - 1);
-    let o_base = e.base(out.buffer, out.offset);
+    let o_base = e.base(out.buffer, out.offset, "out");
     if dense_out {
         let arena_o = e.arena_quads(out.buffer);
         let lanes: Vec<String> = (0..4)
@@ -295,7 +298,7 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
         .unwrap();
     } else {
         let arena_o = e.arena(out.buffer);
-        let strides = e.params(&out.strides);
+        let strides = e.params(&out.strides, "out.stride");
         let mut addr = o_base;
         for (axis, st) in strides.iter().enumerate().take(rank - 1) {
             write!(addr, " + c{axis} * {st}").unwrap();

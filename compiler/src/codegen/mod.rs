@@ -79,6 +79,7 @@ pub fn emit(
         mem,
         quad_aliases: target.features.quad_aliases,
         params: Vec::new(),
+        param_names: Vec::new(),
         arenas: Vec::new(),
         too_large: None,
         refused: None,
@@ -112,6 +113,8 @@ pub fn emit(
 pub struct Emitter<'m> {
     mem: &'m MemoryPlan,
     params: Vec<u32>,
+    /// What each param word holds, for the kernel's header comment.
+    param_names: Vec<String>,
     arenas: Vec<u32>,
     /// The first value that did not fit in a 32-bit param word (an error at `finish`).
     too_large: Option<usize>,
@@ -133,10 +136,12 @@ pub struct Emitter<'m> {
 }
 
 impl Emitter<'_> {
-    /// Appends a word to the param block and returns the WGSL that reads it. A value past
-    /// `u32::MAX` (an attribute such as a stride, which the memory plan does not bound) makes
-    /// the kernel fail with [`crate::CompileError::KernelLimit`].
-    pub fn param(&mut self, value: usize) -> String {
+    /// Appends a word to the param block, named `name` in the kernel's header comment, and
+    /// returns the WGSL that reads it. A value past `u32::MAX` (an attribute such as a stride,
+    /// which the memory plan does not bound) makes the kernel fail with
+    /// [`crate::CompileError::KernelLimit`].
+    pub fn param(&mut self, value: usize, name: &str) -> String {
+        self.param_names.push(name.to_string());
         let word = u32::try_from(value).unwrap_or_else(|_| {
             self.too_large.get_or_insert(value);
             0
@@ -176,8 +181,11 @@ impl Emitter<'_> {
         self.loop_iterations = self.loop_iterations.saturating_add(n);
     }
 
-    pub fn params(&mut self, values: &[usize]) -> Vec<String> {
-        values.iter().map(|&v| self.param(v)).collect()
+    /// [`Emitter::param`] for each of `values`, named `name[i]`.
+    pub fn params(&mut self, values: &[usize], name: &str) -> Vec<String> {
+        (values.iter().enumerate())
+            .map(|(i, &v)| self.param(v, &format!("{name}[{i}]")))
+            .collect()
     }
 
     /// The WGSL name of the arena binding that holds `buffer`.
@@ -255,11 +263,11 @@ impl Emitter<'_> {
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
-    pub fn base(&mut self, buffer: BufferId, offset: usize) -> String {
+    pub fn base(&mut self, buffer: BufferId, offset: usize, name: &str) -> String {
         let start = self.element_start(buffer, offset);
         let slot = self.arena_slot(buffer) as u32;
         self.address_words.push([self.params.len() as u32, slot]);
-        self.param(start)
+        self.param(start, &format!("{name}.base"))
     }
 
     fn finish(
@@ -293,6 +301,26 @@ impl Emitter<'_> {
             head.push_str("enable wgpu_cooperative_matrix;\n");
         }
         writeln!(head, "// sinter kernel: {pattern}").unwrap();
+        // what each param word holds (the values differ per dispatch, the meaning does not)
+        let mut line = String::from("// params:");
+        for (i, name) in self.param_names.iter().enumerate() {
+            let item = format!(
+                " {i} {name}{}",
+                if i + 1 < self.param_names.len() {
+                    ","
+                } else {
+                    ""
+                }
+            );
+            if line.len() + item.len() > 100 {
+                writeln!(head, "{line}").unwrap();
+                line = String::from("//        ");
+            }
+            line.push_str(&item);
+        }
+        if !self.param_names.is_empty() {
+            writeln!(head, "{line}").unwrap();
+        }
         writeln!(head, "struct Params {{ w: array<vec4<u32>, {vec4s}> }}").unwrap();
         writeln!(head, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
         for i in 0..self.arenas.len() {

@@ -174,11 +174,15 @@ pub fn emit_scale(e: &mut Emitter, k: &crate::kernel::FlashScale) -> (String, [u
         "fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{"
     )
     .unwrap();
-    let dims = e.params(&batch);
+    let dims = e.params(&batch, "batch");
     decompose(&mut s, "    ", "wid.x", "b", &dims);
     let d_o = bind(&mut s, e, "do", &k.d_o, nb);
     let out = bind(&mut s, e, "out", &k.out, nb);
-    let (n, w, len) = (e.param(rows * width), e.param(width), e.param(chunk));
+    let (n, w, len) = (
+        e.param(rows * width, "n"),
+        e.param(width, "width"),
+        e.param(chunk, "chunk"),
+    );
     let step = THREADS * SCALE_UNROLL;
     writeln!(
         s,

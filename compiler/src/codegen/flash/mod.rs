@@ -197,15 +197,18 @@ struct Mat {
 }
 
 impl Mat {
-    fn new(e: &mut Emitter, v: &View, nb: usize) -> Mat {
+    /// `name` names its param words.
+    fn new(e: &mut Emitter, v: &View, nb: usize, name: &str) -> Mat {
         let r = v.rank();
         debug_assert_eq!(r, nb + 2, "{v:?}");
         Mat {
             arena: e.arena(v.buffer),
-            base: e.base(v.buffer, v.offset),
-            batch: v.strides[..nb].iter().map(|&s| e.param(s)).collect(),
-            row: e.param(v.strides[r - 2]),
-            col: e.param(v.strides[r - 1]),
+            base: e.base(v.buffer, v.offset, name),
+            batch: (v.strides[..nb].iter().enumerate())
+                .map(|(a, &s)| e.param(s, &format!("{name}.stride[b{a}]")))
+                .collect(),
+            row: e.param(v.strides[r - 2], &format!("{name}.stride[row]")),
+            col: e.param(v.strides[r - 1], &format!("{name}.stride[col]")),
         }
     }
 
@@ -225,7 +228,7 @@ impl Mat {
 
 /// Binds `let NAME_base = base + Σ b_a · stride_a;` and returns a [`Mat`] whose addresses use it.
 fn bind(s: &mut String, e: &mut Emitter, name: &str, v: &View, nb: usize) -> Mat {
-    let m = Mat::new(e, v, nb);
+    let m = Mat::new(e, v, nb, name);
     let mut expr = m.base.clone();
     for (a, st) in m.batch.iter().enumerate() {
         write!(expr, " + b{a} * {st}").unwrap();
@@ -325,13 +328,13 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
                 FlashKind::BackwardDq => cx.backward_dq(&ops, &outs[0], k),
                 FlashKind::Backward => {
                     // the workgroup's own partial sum
-                    let stride = e.param(k.dq_group_stride);
+                    let stride = e.param(k.dq_group_stride, "dq_group_stride");
                     cx.line(1, &format!("let dqp_base = out2_base + blk * {stride};"));
                     let dq = Mat {
                         base: "dqp".to_string(),
-                        ..Mat::new(e, &k.outputs[2], nb)
+                        ..Mat::new(e, &k.outputs[2], nb, "dqp")
                     };
-                    let groups = e.param(k.variant.blocks);
+                    let groups = e.param(k.variant.blocks, "dq_groups");
                     cx.backward_dkdv(&ops, &outs[..2], Some((&dq, &groups)), k)
                 }
                 _ => cx.backward_dkdv(&ops, &outs, None, k),
@@ -408,7 +411,7 @@ fn launch(e: &mut Emitter, s: &mut String, k: &Flash) -> [u32; 3] {
             ),
         );
     }
-    let dims = e.params(&k.batch);
+    let dims = e.params(&k.batch, "batch");
     let order = k.variant.launch;
     let (bi, blk) = if order.batch_fastest() {
         ("wid.x", "wid.y")
@@ -416,7 +419,7 @@ fn launch(e: &mut Emitter, s: &mut String, k: &Flash) -> [u32; 3] {
         ("wid.y", "wid.x")
     };
     decompose(s, "    ", bi, "b", &dims);
-    let (sq, sk) = (e.param(k.sq), e.param(k.sk));
+    let (sq, sk) = (e.param(k.sq, "SQ"), e.param(k.sk, "SK"));
     writeln!(s, "    let SQ = {sq};\n    let SK = {sk};").unwrap();
     if order == (LaunchOrder::HeaviestFirst { reversed: true }) {
         writeln!(s, "    let blk = {}u - {blk};", blocks - 1).unwrap();
