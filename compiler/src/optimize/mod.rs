@@ -993,6 +993,23 @@ const SIBLING_WINDOW: usize = 256;
 /// kernel, in order, absorbs an earlier one within [`SIBLING_WINDOW`] nodes whose outputs
 /// nothing in between reads, so the merged kernel can take the later one's place.
 fn merge_all_siblings(kg: &mut KernelGraph) -> usize {
+    // elementwise primitives that extraction kept (a guard `where` reading a value stored for
+    // other readers) are one-op fused programs, as lowering would make them, so they merge too
+    for i in 0..kg.nodes.len() {
+        if let KernelOp::Ir(op, attrs) = &kg.nodes[i].op
+            && (crate::fused::Scalar::of(*op).is_some() || *op == sinter_ir::Op::Cast)
+            && let [out] = kg.nodes[i].outputs[..]
+        {
+            let inputs: Vec<sinter_ir::TensorType> = (kg.nodes[i].inputs.iter())
+                .map(|&v| kg.ty(v).clone())
+                .collect();
+            let program =
+                crate::fused::Program::of_primitive(*op, attrs, &inputs, kg.ty(out), false);
+            if let Some(program) = program {
+                kg.nodes[i].op = KernelOp::Fused(Box::new(program));
+            }
+        }
+    }
     let n = kg.nodes.len();
     let mut alive = vec![true; n];
     let mut merged = 0;
