@@ -154,22 +154,13 @@ fn finite_check(g: &mut Graph, grads: &[ValueId]) -> Result<ValueId, GraphError>
 /// computation (`train.step` into `adamw`, an accumulation counter into the `where` that applies
 /// the update).
 fn update_assigns(g: &Graph) -> Vec<bool> {
-    let mut from_update = vec![false; g.values.len()];
-    let mut update_node = vec![false; g.nodes.len()];
-    for (i, node) in g.nodes.iter().enumerate() {
-        let reads_update = node.inputs.iter().any(|v| from_update[v.index()]);
-        let produces = node.op == Op::Grad || node.op.class() == OpClass::Optimizer;
-        update_node[i] = reads_update || node.op.class() == OpClass::Optimizer;
-        if reads_update || produces {
-            for &o in &node.outputs {
-                from_update[o.index()] = true;
-            }
-        }
-    }
-    // values whose value reaches an update node
+    let from_update = crate::precision::from_gradients(g);
+    // values whose value reaches an update node: an optimizer, or a reader of an update value
     let mut feeds_update = vec![false; g.values.len()];
-    for (i, node) in g.nodes.iter().enumerate().rev() {
-        let feeds = update_node[i] || node.outputs.iter().any(|o| feeds_update[o.index()]);
+    for node in g.nodes.iter().rev() {
+        let update_node = node.op.class() == OpClass::Optimizer
+            || node.inputs.iter().any(|v| from_update[v.index()]);
+        let feeds = update_node || node.outputs.iter().any(|o| feeds_update[o.index()]);
         if feeds {
             for &v in &node.inputs {
                 feeds_update[v.index()] = true;

@@ -175,19 +175,26 @@ fn node_index(rb: &Rebuild, node: &Node) -> usize {
         .index()
 }
 
-/// Per node of `g`: whether the pass rewrites it, being on a path to a `grad` node's loss or to
-/// an output or assigned value, and not computed from a gradient or an optimizer's result.
-fn forward_region(g: &Graph) -> Vec<bool> {
-    let mut from_gradient = vec![false; g.values.len()];
+/// Per value of `g`: whether it is computed from a gradient or an optimizer's result (a `grad`
+/// node's or an optimizer's results, and everything computed from them).
+pub(crate) fn from_gradients(g: &Graph) -> Vec<bool> {
+    let mut from = vec![false; g.values.len()];
     for node in &g.nodes {
         let tainted = matches!(node.op.class(), OpClass::Grad | OpClass::Optimizer)
-            || node.inputs.iter().any(|v| from_gradient[v.index()]);
+            || node.inputs.iter().any(|v| from[v.index()]);
         if tainted {
             for &o in &node.outputs {
-                from_gradient[o.index()] = true;
+                from[o.index()] = true;
             }
         }
     }
+    from
+}
+
+/// Per node of `g`: whether the pass rewrites it, being on a path to a `grad` node's loss or to
+/// an output or assigned value, and not computed from a gradient or an optimizer's result.
+fn forward_region(g: &Graph) -> Vec<bool> {
+    let from_gradient = from_gradients(g);
     let mut needed = vec![false; g.values.len()];
     for &v in &g.outputs {
         needed[v.index()] = true;
