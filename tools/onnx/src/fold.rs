@@ -8,7 +8,7 @@
 use crate::error::Problem;
 use crate::literal::{Elem, Literal};
 use crate::ops::Args;
-use crate::ops::shape::{broadcast, reshaped, slice_ranges};
+use crate::ops::shape::{broadcast, reshaped, slice_operands, slice_ranges};
 
 /// The folded results, or `None` when `op` is not folded (it is then translated).
 pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
@@ -340,20 +340,8 @@ fn concat(args: &Args) -> Result<Literal, Problem> {
 
 fn gather(args: &Args, data: &Literal, indices: &Literal) -> Result<Literal, Problem> {
     let a = crate::ops::axis(args.attrs.int("axis", 0), data.rank(), "axis")?;
-    let dim = data.shape[a] as i64;
-    let ind: Vec<usize> = indices
-        .as_ints()
-        .iter()
-        .map(|&i| {
-            let j = if i < 0 { i + dim } else { i };
-            if (0..dim).contains(&j) {
-                Ok(j as usize)
-            } else {
-                Err(Problem::invalid(format!(
-                    "Gather index {i} out of range for {dim}"
-                )))
-            }
-        })
+    let ind: Vec<usize> = (indices.as_ints().iter())
+        .map(|&i| index_in(i, data.shape[a], "Gather"))
         .collect::<Result<_, _>>()?;
     let k = indices.rank();
     let shape: Vec<usize> = data.shape[..a]
@@ -396,22 +384,8 @@ fn has_negative_step(args: &Args) -> Result<bool, Problem> {
 /// `Slice` of a literal with any nonzero steps, as numpy slices (negative steps walk back from
 /// a start clamped to `dim − 1`, to an end clamped to −1).
 fn slice_any_step(args: &Args, x: &Literal) -> Result<Literal, Problem> {
-    let ints = |i: usize, what: &str| -> Result<Option<Vec<i64>>, Problem> {
-        Ok(args.literal(i, what)?.map(Literal::as_ints))
-    };
-    let starts =
-        ints(1, "Slice's starts")?.ok_or_else(|| Problem::invalid("Slice needs starts"))?;
-    let ends = ints(2, "Slice's ends")?.ok_or_else(|| Problem::invalid("Slice needs ends"))?;
-    let axes = ints(3, "Slice's axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps = ints(4, "Slice's steps")?.unwrap_or_else(|| vec![1; starts.len()]);
-    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-        return Err(Problem::invalid(
-            "starts, ends, axes and steps differ in length",
-        ));
-    }
     let mut v = x.clone();
-    for (((&a, &s), &e), &step) in axes.iter().zip(&starts).zip(&ends).zip(&steps) {
-        let a = crate::ops::axis(a, x.rank(), "axes")?;
+    for (a, s, e, step) in slice_operands(x.rank(), args)? {
         if step == 0 {
             return Err(Problem::invalid("Slice with step 0"));
         }

@@ -292,6 +292,29 @@ pub type Range1 = (usize, usize, usize, usize);
 
 /// `Slice`'s ranges on a value of shape `shape`, clamped as ONNX does; full ranges are dropped.
 pub fn slice_ranges(shape: &[usize], args: &Args) -> Result<Vec<Range1>, Problem> {
+    let mut out = Vec::new();
+    for (a, s, e, step) in slice_operands(shape.len(), args)? {
+        if step < 1 {
+            return Err(Problem::unsupported(format!(
+                "Slice with step {step} (sinter's slice steps forward)"
+            )));
+        }
+        let dim = shape[a] as i64;
+        let clamp = |v: i64| {
+            let v = if v < 0 { v.saturating_add(dim) } else { v };
+            v.clamp(0, dim) as usize
+        };
+        let (s, e) = (clamp(s), clamp(e).max(clamp(s)));
+        if (s, e, step) != (0, dim as usize, 1) {
+            out.push((a, s, e, step as usize));
+        }
+    }
+    Ok(out)
+}
+
+/// `Slice`'s operands as written, per sliced axis: `(axis, start, end, step)`, the axis
+/// normalized, the rest as ONNX gives them (negative starts and ends count from the end).
+pub fn slice_operands(rank: usize, args: &Args) -> Result<Vec<(usize, i64, i64, i64)>, Problem> {
     let starts = args
         .literal(1, "Slice's starts")?
         .ok_or_else(|| Problem::invalid("Slice needs starts"))?
@@ -313,25 +336,10 @@ pub fn slice_ranges(shape: &[usize], args: &Args) -> Result<Vec<Range1>, Problem
             "starts, ends, axes and steps differ in length",
         ));
     }
-    let axes = normalized(&axes, shape.len())?;
-    let mut out = Vec::new();
-    for (((&a, &s), &e), &step) in axes.iter().zip(&starts).zip(&ends).zip(&steps) {
-        if step < 1 {
-            return Err(Problem::unsupported(format!(
-                "Slice with step {step} (sinter's slice steps forward)"
-            )));
-        }
-        let dim = shape[a] as i64;
-        let clamp = |v: i64| {
-            let v = if v < 0 { v.saturating_add(dim) } else { v };
-            v.clamp(0, dim) as usize
-        };
-        let (s, e) = (clamp(s), clamp(e).max(clamp(s)));
-        if (s, e, step) != (0, dim as usize, 1) {
-            out.push((a, s, e, step as usize));
-        }
-    }
-    Ok(out)
+    let axes = normalized(&axes, rank)?;
+    Ok((axes.into_iter().zip(starts).zip(ends).zip(steps))
+        .map(|(((a, s), e), step)| (a, s, e, step))
+        .collect())
 }
 
 fn slice(cx: &mut Importer, v: ValueId, (a, s, e, step): Range1) -> Result<ValueId, Problem> {
