@@ -421,37 +421,26 @@ pub fn npy_to_bytes(path: &Path, t: &HostTensor) -> Result<Vec<u8>, IoError> {
     let type_str: npyz::TypeStr = descr.parse().expect("a valid numpy type string");
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     let mut bytes = Vec::with_capacity(128 + t.ty().size_bytes());
-    let write = |bytes: &mut Vec<u8>| -> std::io::Result<()> {
+    /// The `.npy` encoding of `v` with `type_str` and `shape` into `bytes`.
+    fn encode<T: npyz::Serialize + npyz::AutoSerialize + Copy>(
+        bytes: &mut Vec<u8>,
+        type_str: &npyz::TypeStr,
+        shape: &[u64],
+        v: &[T],
+    ) -> std::io::Result<()> {
         use npyz::WriterBuilder;
-        match &t.data {
-            TensorData::F32(v) => {
-                let mut w = npyz::WriteOptions::<f32>::new()
-                    .dtype(npyz::DType::Plain(type_str))
-                    .shape(&shape)
-                    .writer(bytes)
-                    .begin_nd()?;
-                w.extend(v.iter().copied())?;
-                w.finish()
-            }
-            TensorData::I32(v) => {
-                let mut w = npyz::WriteOptions::<i32>::new()
-                    .dtype(npyz::DType::Plain(type_str))
-                    .shape(&shape)
-                    .writer(bytes)
-                    .begin_nd()?;
-                w.extend(v.iter().copied())?;
-                w.finish()
-            }
-            TensorData::F16(v) => {
-                let mut w = npyz::WriteOptions::<half::f16>::new()
-                    .dtype(npyz::DType::Plain(type_str))
-                    .shape(&shape)
-                    .writer(bytes)
-                    .begin_nd()?;
-                w.extend(v.iter().copied())?;
-                w.finish()
-            }
-        }
+        let mut w = npyz::WriteOptions::<T>::new()
+            .dtype(npyz::DType::Plain(type_str.clone()))
+            .shape(shape)
+            .writer(bytes)
+            .begin_nd()?;
+        w.extend(v.iter().copied())?;
+        w.finish()
+    }
+    let write = |bytes: &mut Vec<u8>| match &t.data {
+        TensorData::F32(v) => encode(bytes, &type_str, &shape, v),
+        TensorData::I32(v) => encode(bytes, &type_str, &shape, v),
+        TensorData::F16(v) => encode(bytes, &type_str, &shape, v),
     };
     write(&mut bytes).map_err(|source| IoError::Write {
         path: path.to_path_buf(),
