@@ -230,7 +230,9 @@ pub(crate) fn pack(
                     + view.offset as u64 * mem.storage[s.arena as usize].bytes(),
                 target_arena: t.arena,
                 target_offset: t.offset,
-                bytes: (graph.ty(*target).size_bytes() as u64)
+                // the target's bytes as its storage holds them
+                bytes: sched.buffers[declared[target]]
+                    .size_bytes()
                     .next_multiple_of(sinter_ir::artifact::COPY_ALIGN),
             }
         })
