@@ -116,8 +116,10 @@ impl Options {
         if std::env::var_os("SINTER_OPTIMIZE_TRACE").is_some() {
             options.trace_optimizer = true;
         }
+        let features = &options.target.features;
         if options.precision == precision::Precision::Mixed
-            && options.target.features.cooperative_matrix
+            && features.cooperative_matrix
+            && !features.cooperative_emulated
         {
             options.flash.tensor_cores = true;
         }
@@ -130,6 +132,17 @@ impl Options {
             what: format!("target `{}`", self.target.name),
             expected: e,
         })?;
+        if self.flash.tensor_cores && self.target.features.cooperative_emulated {
+            return Err(CompileError::Setting {
+                what: format!(
+                    "flash tensor cores on target `{}`, whose cooperative matrices are emulated",
+                    self.target.name
+                ),
+                expected: "the flash kernels' f32 forms: only the matmul has an emulated \
+                           tensor-core form"
+                    .into(),
+            });
+        }
         if self.flash.tensor_cores && !self.target.features.cooperative_matrix {
             return Err(CompileError::Setting {
                 what: format!(

@@ -25,7 +25,26 @@ pub const PAD: u32 = 4;
 /// Most bytes of workgroup memory the staged slabs of a block take.
 const STAGING_BYTES: u32 = 16 << 10;
 
-/// Block shape of a matmul kernel; `(bm / tm) * (bn / tn)` is always 256 threads.
+/// Which units a matmul kernel runs its products on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Form {
+    /// `f32` fused multiply-adds, each of the 256 threads accumulating a `tm × tn` micro-tile
+    /// (`codegen/matmul.rs`).
+    #[default]
+    Fma,
+    /// Cooperative matrices (tensor cores): 16 × 16 × 16 products of `f16` operands staged in
+    /// workgroup memory, accumulated in `f32`; each of the eight subgroups of 32 owns a
+    /// `tm × tn` sub-block of the output (`codegen/matmul/coop.rs`). Only products whose
+    /// operands are both `f16` take it, so that it changes no operand's rounding, only the
+    /// order of the sums.
+    TensorCores,
+}
+
+/// Block shape of a matmul kernel: a workgroup of 256 threads computes a `bm × bn` block of
+/// the output in steps of `bk` along K. In the [`Form::Fma`] kernel each thread owns a
+/// `tm × tn` micro-tile (`(bm / tm) * (bn / tn)` is 256); in the [`Form::TensorCores`] kernel
+/// each subgroup of 32 owns a `tm × tn` sub-block (`(bm / tm) * (bn / tn)` is 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tile {
     pub bm: u32,
@@ -33,6 +52,8 @@ pub struct Tile {
     pub bk: u32,
     pub tm: u32,
     pub tn: u32,
+    #[serde(default)]
+    pub form: Form,
 }
 
 impl Tile {
@@ -44,6 +65,7 @@ impl Tile {
         bk: 8,
         tm: 8,
         tn: 8,
+        form: Form::Fma,
     };
     pub const WIDE: Tile = Tile {
         bm: 64,
@@ -51,6 +73,7 @@ impl Tile {
         bk: 8,
         tm: 4,
         tn: 8,
+        form: Form::Fma,
     };
     /// [`Tile::WIDE`] with slabs twice as deep (half the barriers per product): faster wherever
     /// `b`'s unit stride is along n, slower where `b` is a transposed view (its staging walks k
@@ -62,6 +85,7 @@ impl Tile {
         bk: 16,
         tm: 4,
         tn: 8,
+        form: Form::Fma,
     };
     pub const MEDIUM: Tile = Tile {
         bm: 64,
@@ -69,6 +93,7 @@ impl Tile {
         bk: 16,
         tm: 4,
         tn: 4,
+        form: Form::Fma,
     };
     pub const SMALL: Tile = Tile {
         bm: 32,
@@ -76,12 +101,57 @@ impl Tile {
         bk: 32,
         tm: 2,
         tn: 2,
+        form: Form::Fma,
     };
 
-    /// Parses `BMxBNxBKxTMxTN` (e.g. `128x128x16x8x8`), checking that the shape is one this
-    /// kernel can run ([`Tile::check`]).
+    /// 128 × 128 blocks on tensor cores, slabs 32 deep, each subgroup a 32 × 64 sub-block
+    /// (2 × 4 accumulators).
+    pub const TC_LARGE: Tile = Tile {
+        bm: 128,
+        bn: 128,
+        bk: 32,
+        tm: 32,
+        tn: 64,
+        form: Form::TensorCores,
+    };
+    /// 64 × 128 blocks on tensor cores, each subgroup 32 × 32 (2 × 2 accumulators).
+    pub const TC_WIDE: Tile = Tile {
+        bm: 64,
+        bn: 128,
+        bk: 32,
+        tm: 32,
+        tn: 32,
+        form: Form::TensorCores,
+    };
+    /// 64 × 64 blocks on tensor cores, each subgroup 16 × 32 (1 × 2 accumulators): products
+    /// of a few hundred rows (a Llama step at sequence 128 runs 512-row products).
+    pub const TC_MEDIUM: Tile = Tile {
+        bm: 64,
+        bn: 64,
+        bk: 32,
+        tm: 16,
+        tn: 32,
+        form: Form::TensorCores,
+    };
+    /// 32 × 64 blocks on tensor cores, each subgroup one 16 × 16 accumulator.
+    pub const TC_SMALL: Tile = Tile {
+        bm: 32,
+        bn: 64,
+        bk: 32,
+        tm: 16,
+        tn: 16,
+        form: Form::TensorCores,
+    };
+
+    /// Parses `BMxBNxBKxTMxTN` (e.g. `128x128x16x8x8`), or `tc:BMxBNxBKxTMxTN` for the
+    /// tensor-core kernel, checking that the shape is one that kernel can run
+    /// ([`Tile::check`]).
     pub fn parse(text: &str) -> Result<Tile, String> {
-        let parts: Vec<u32> = text
+        let (form, dims) = match text.strip_prefix("tc:") {
+            Some(rest) => (Form::TensorCores, rest),
+            None => (Form::Fma, text),
+        };
+        let parts: Vec<u32> = dims
             .split('x')
             .map(|p| {
                 p.parse::<u32>()
@@ -89,37 +159,94 @@ impl Tile {
             })
             .collect::<Result<_, _>>()?;
         let [bm, bn, bk, tm, tn] = parts[..] else {
-            return Err(format!("`{text}` needs five numbers: BMxBNxBKxTMxTN"));
+            return Err(format!(
+                "`{text}` needs five numbers: BMxBNxBKxTMxTN (tc:BMxBNxBKxTMxTN on tensor cores)"
+            ));
         };
-        let t = Tile { bm, bn, bk, tm, tn };
+        let t = Tile {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            form,
+        };
         Tile::check(t)?;
         Ok(t)
     }
 
-    /// Whether the kernel can run this shape: 256 threads, slabs that divide evenly among them,
-    /// staged in 16 KiB.
+    /// Whether the kernel of the tile's form can run this shape: for [`Form::Fma`], 256
+    /// threads with slabs that divide evenly among them, staged in 16 KiB; for
+    /// [`Form::TensorCores`], eight subgroups' sub-blocks of whole 16 × 16 tiles, slabs a
+    /// multiple of 16 deep that divide evenly among the 256 threads, staged (with the
+    /// epilogue's scratch) in [`TC_STAGING_BYTES`].
     pub fn check(t: Tile) -> Result<(), String> {
-        let Tile { bm, bn, bk, tm, tn } = t;
-        let fits = tm > 0
-            && tn > 0
-            && bm % tm == 0
-            && bn % tn == 0
-            && (bm / tm) * (bn / tn) == THREADS
-            && (bm * bk) % THREADS == 0
-            && (bk * bn) % THREADS == 0
-            && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= STAGING_BYTES;
-        if fits {
-            Ok(())
-        } else {
-            Err(format!(
+        let Tile {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            form,
+        } = t;
+        let divides = tm > 0 && tn > 0 && bm % tm == 0 && bn % tn == 0;
+        let fits = match form {
+            Form::Fma => {
+                divides
+                    && (bm / tm) * (bn / tn) == THREADS
+                    && (bm * bk) % THREADS == 0
+                    && (bk * bn) % THREADS == 0
+                    && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= STAGING_BYTES
+            }
+            Form::TensorCores => {
+                divides
+                    && tm.is_multiple_of(TC_SIDE)
+                    && tn.is_multiple_of(TC_SIDE)
+                    && (bm / tm) * (bn / tn) == TC_SUBGROUPS
+                    && bk > 0
+                    && bk.is_multiple_of(TC_SIDE)
+                    && (bm * bk).is_multiple_of(THREADS)
+                    && (bk * bn).is_multiple_of(THREADS)
+                    && tc_workgroup_bytes(t) <= TC_STAGING_BYTES
+            }
+        };
+        match (fits, form) {
+            (true, _) => Ok(()),
+            (false, Form::Fma) => Err(format!(
                 "tile `{t}` does not give 256 threads with evenly split slabs in 16 KiB"
-            ))
+            )),
+            (false, Form::TensorCores) => Err(format!(
+                "tile `{t}` does not give 8 subgroups whole 16 x 16 tiles with slabs a multiple \
+                 of 16 deep, evenly split and staged in {} KiB",
+                TC_STAGING_BYTES >> 10
+            )),
         }
     }
 }
 
+/// The side of a cooperative matrix (16 × 16 × 16 products).
+pub const TC_SIDE: u32 = 16;
+/// Subgroups of a tensor-core matmul's workgroup: 256 threads in subgroups of 32.
+pub const TC_SUBGROUPS: u32 = THREADS / 32;
+/// Halves that pad each row of a tensor-core kernel's staged `f16` slabs, so that a
+/// cooperative load's 8 rows of 16 bytes fall in distinct banks (see `codegen/flash/coop.rs`).
+pub const TC_PAD: u32 = 8;
+/// Most bytes of workgroup memory a tensor-core matmul declares (the H200 offers 48 KiB; the
+/// artifact records the kernels' need).
+const TC_STAGING_BYTES: u32 = 40 << 10;
+
+/// Workgroup bytes of a tensor-core matmul of tile `t`: its two padded `f16` slabs and one
+/// 16 × 16 `f32` tile per subgroup through which the epilogue reads its accumulators.
+pub fn tc_workgroup_bytes(t: Tile) -> u32 {
+    let halves = t.bm * (t.bk + TC_PAD) + t.bk * (t.bn + TC_PAD);
+    halves * 2 + TC_SUBGROUPS * TC_SIDE * TC_SIDE * WORD_BYTES as u32
+}
+
 impl std::fmt::Display for Tile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.form == Form::TensorCores {
+            f.write_str("tc:")?;
+        }
         write!(
             f,
             "{}x{}x{}x{}x{}",
@@ -192,11 +319,34 @@ fn estimate(target: &Target, rate: &MatmulRate, shape: Shape, splits: usize) -> 
     product * rate.split_penalty + sum_bytes / r.split_sum_bytes_per_ns + r.split_sum_ns
 }
 
-/// The block shape and K split of `shape` with the least estimated time ([`estimate`]), and
-/// that time: among the target's measured block shapes not much larger than the output, and
-/// the split counts that divide K into chunks of at least [`MIN_CHUNK`] with partials of at
-/// most [`MAX_PARTIALS`] bytes (and within `max_binding`). `forced` fixes either choice.
-pub fn choose(target: &Target, shape: Shape, forced: Forced, max_binding: u64) -> (Variant, f64) {
+/// The form a product runs in: [`Form::TensorCores`] where `f16_operands` (both operands are
+/// `f16`) and the target has `f16` and cooperative matrices and lists block shapes for them,
+/// else [`Form::Fma`].
+pub fn form(target: &Target, f16_operands: bool) -> Form {
+    let listed = target
+        .rates
+        .matmul
+        .iter()
+        .any(|r| r.tile.form == Form::TensorCores);
+    if f16_operands && target.features.f16 && target.features.cooperative_matrix && listed {
+        Form::TensorCores
+    } else {
+        Form::Fma
+    }
+}
+
+/// The block shape and K split of `shape` in `form` with the least estimated time
+/// ([`estimate`]), and that time: among the target's measured block shapes of that form not
+/// much larger than the output, and the split counts that divide K into chunks of at least
+/// [`MIN_CHUNK`] with partials of at most [`MAX_PARTIALS`] bytes (and within `max_binding`).
+/// `forced` fixes either choice (a forced tile of the other form is not taken).
+pub fn choose(
+    target: &Target,
+    shape: Shape,
+    forced: Forced,
+    max_binding: u64,
+    form: Form,
+) -> (Variant, f64) {
     let Shape { batch, m, n, k } = shape;
     let divides = |s: usize| k.is_multiple_of(s);
     let partials = |s: usize| s * batch * m * n * WORD_BYTES as usize;
@@ -219,9 +369,16 @@ pub fn choose(target: &Target, shape: Shape, forced: Forced, max_binding: u64) -
         kept if kept.is_empty() => vec![1],
         kept => kept,
     };
-    let rates = &target.rates.matmul;
+    let rates: Vec<MatmulRate> = (target.rates.matmul.iter())
+        .filter(|r| r.tile.form == form)
+        .copied()
+        .collect();
+    assert!(
+        !rates.is_empty(),
+        "a target lists block shapes of every form it chooses ({form:?})"
+    );
     let fits = |t: &Tile| (t.bm as usize) <= m.max(32) && (t.bn as usize) <= n.max(32);
-    let candidates: Vec<MatmulRate> = match forced.tile {
+    let candidates: Vec<MatmulRate> = match forced.tile.filter(|t| t.form == form) {
         Some(tile) => {
             // the rate of the nearest measured tile, by block size
             let like = rates
@@ -275,16 +432,17 @@ pub fn deepen(tile: Tile, b_along_n: bool) -> Tile {
     }
 }
 
-/// The variant lowering builds `shape` with: [`choose`]'s, deepened where `b_along_n` unless
-/// the tile is forced.
+/// The variant lowering builds `shape` with: [`choose`]'s in `form`, deepened where
+/// `b_along_n` unless the tile is forced.
 pub fn variant(
     target: &Target,
     shape: Shape,
     forced: Forced,
     max_binding: u64,
     b_along_n: bool,
+    form: Form,
 ) -> Variant {
-    let (mut v, _) = choose(target, shape, forced, max_binding);
+    let (mut v, _) = choose(target, shape, forced, max_binding, form);
     if forced.tile.is_none() {
         v.tile = deepen(v.tile, b_along_n);
     }
@@ -297,7 +455,7 @@ mod tests {
 
     fn pick(m: usize, k: usize, n: usize, forced: Forced) -> (Tile, usize) {
         let shape = Shape { batch: 1, m, n, k };
-        let (v, _) = choose(&Target::h200(), shape, forced, u64::MAX);
+        let (v, _) = choose(&Target::h200(), shape, forced, u64::MAX, Form::Fma);
         (v.tile, v.splits)
     }
 
@@ -349,15 +507,15 @@ mod tests {
             splits: None,
         };
         assert_eq!(
-            variant(&target, shape, free, u64::MAX, true).tile,
+            variant(&target, shape, free, u64::MAX, true, Form::Fma).tile,
             Tile::WIDE_DEEP
         );
         assert_eq!(
-            variant(&target, shape, free, u64::MAX, false).tile,
+            variant(&target, shape, free, u64::MAX, false, Form::Fma).tile,
             Tile::WIDE
         );
         assert_eq!(
-            variant(&target, shape, wide, u64::MAX, true).tile,
+            variant(&target, shape, wide, u64::MAX, true, Form::Fma).tile,
             Tile::WIDE
         );
     }
@@ -393,14 +551,68 @@ mod tests {
         };
         let target = Target::h200();
         assert_eq!(
-            choose(&target, shape, Forced::default(), u64::MAX).0.splits,
+            choose(&target, shape, Forced::default(), u64::MAX, Form::Fma)
+                .0
+                .splits,
             8
         );
-        assert_eq!(choose(&target, shape, Forced::default(), 8).0.splits, 2);
+        assert_eq!(
+            choose(&target, shape, Forced::default(), 8, Form::Fma)
+                .0
+                .splits,
+            2
+        );
         let forced = Forced {
             tile: None,
             splits: Some(8),
         };
-        assert_eq!(choose(&target, shape, forced, 4).0.splits, 1);
+        assert_eq!(choose(&target, shape, forced, 4, Form::Fma).0.splits, 1);
+    }
+
+    /// Products of f16 operands take the tensor-core block shapes where the target has
+    /// cooperative matrices (and f16), the FMA ones elsewhere; a 512-row product (a Llama
+    /// step at sequence 128, batch 4) takes blocks small enough to spread over the SMs.
+    #[test]
+    fn f16_products_choose_tensor_core_shapes() {
+        let h200 = Target::h200();
+        assert_eq!(form(&h200, true), Form::TensorCores);
+        assert_eq!(form(&h200, false), Form::Fma);
+        assert_eq!(form(&Target::portable(), true), Form::Fma);
+        let mut no_f16 = Target::h200();
+        no_f16.features.f16 = false;
+        assert_eq!(form(&no_f16, true), Form::Fma);
+        for t in [
+            Tile::TC_LARGE,
+            Tile::TC_WIDE,
+            Tile::TC_MEDIUM,
+            Tile::TC_SMALL,
+        ] {
+            assert_eq!(Tile::check(t), Ok(()), "{t}");
+            assert_eq!(Tile::parse(&t.to_string()), Ok(t));
+        }
+        let pick = |m, k, n| {
+            let shape = Shape { batch: 1, m, n, k };
+            choose(&h200, shape, Forced::default(), u64::MAX, Form::TensorCores).0
+        };
+        assert_eq!(pick(4096, 4096, 4096).tile, Tile::TC_LARGE);
+        let small = pick(512, 576, 576).tile;
+        assert_eq!(small.form, Form::TensorCores);
+        assert!(
+            small.bm * small.bn < Tile::TC_LARGE.bm * Tile::TC_LARGE.bn,
+            "{small}"
+        );
+        // a forced FMA tile does not apply to a tensor-core product, nor the reverse
+        let forced = Forced {
+            tile: Some(Tile::LARGE),
+            splits: None,
+        };
+        let shape = Shape {
+            batch: 1,
+            m: 2048,
+            n: 768,
+            k: 768,
+        };
+        let (v, _) = choose(&h200, shape, forced, u64::MAX, Form::TensorCores);
+        assert_eq!(v.tile.form, Form::TensorCores);
     }
 }

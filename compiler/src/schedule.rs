@@ -823,12 +823,14 @@ impl Lowering<'_> {
             k,
         };
         let b_along_n = bv.strides[bv.rank() - 1] == 1;
+        let f16_operands = (node.inputs[..2].iter()).all(|&v| self.dtype(v) == DType::F16);
         let matmul::Variant { tile, splits } = matmul::variant(
             self.target,
             shape,
             self.matmul,
             self.target.limits.max_binding,
             b_along_n,
+            matmul::form(self.target, f16_operands),
         );
         let step = KNode {
             sources: vec![label],

@@ -66,6 +66,15 @@ pub struct Features {
     pub cooperative_matrix: bool,
     /// The subgroup size the cooperative-matrix kernels are written for.
     pub cooperative_subgroup: u32,
+    /// The tensor-core matmul's cooperative matrices written out in plain WGSL instead
+    /// (`codegen/matmul/coop.rs`): each invocation holds its share of every accumulator and
+    /// the subgroups are numbered from the invocation index. Many times slower and needing no
+    /// cooperative-matrix feature, it is how the kernel's staging, indexing, edges and
+    /// epilogues are tested against the interpreter on adapters without tensor cores (CI's
+    /// software Vulkan). The flash kernels' tensor-core forms have no such form: a target with
+    /// it does not take them.
+    #[serde(default)]
+    pub cooperative_emulated: bool,
     /// A kernel may bind an arena a second time as `array<vec4<f32>>` for 16-byte loads. WebGPU
     /// in a browser forbids binding one buffer twice in a dispatch when either binding is
     /// writable.
@@ -167,6 +176,7 @@ impl Target {
                 f16: true,
                 cooperative_matrix: true,
                 cooperative_subgroup: 32,
+                cooperative_emulated: false,
                 quad_aliases: true,
             },
             rates: Rates::h200(),
@@ -189,6 +199,7 @@ impl Target {
                 f16: true,
                 cooperative_matrix: false,
                 cooperative_subgroup: 32,
+                cooperative_emulated: false,
                 quad_aliases: true,
             },
             rates: Rates::h200(),
@@ -255,8 +266,12 @@ impl Target {
         if r.sms == 0 {
             return Err("rates.sms must be at least 1".into());
         }
-        if r.matmul.is_empty() {
-            return Err("rates.matmul must list at least one block shape".into());
+        if !r
+            .matmul
+            .iter()
+            .any(|m| m.tile.form == crate::matmul::Form::Fma)
+        {
+            return Err("rates.matmul must list at least one fma block shape".into());
         }
         for m in &r.matmul {
             if m.resident == 0 || m.resident > m.occupancy.len() {
@@ -336,6 +351,38 @@ impl Rates {
                     resident: 8,
                     occupancy: occupancy([0.5]),
                     tflops: 6.0,
+                    split_penalty: 1.0,
+                },
+                // The tensor-core block shapes (products of f16 operands) have not been timed on
+                // the H200: these rates are a prior that only orders them (larger blocks reuse
+                // more of each staged slab), until `sinter-bench calibrate --base h200`
+                // measures them. Only products of f16 operands choose among them.
+                MatmulRate {
+                    tile: Tile::TC_LARGE,
+                    resident: 2,
+                    occupancy: occupancy([0.7, 1.0]),
+                    tflops: 160.0,
+                    split_penalty: 1.1,
+                },
+                MatmulRate {
+                    tile: Tile::TC_WIDE,
+                    resident: 3,
+                    occupancy: occupancy([0.6, 0.9, 1.0]),
+                    tflops: 130.0,
+                    split_penalty: 1.05,
+                },
+                MatmulRate {
+                    tile: Tile::TC_MEDIUM,
+                    resident: 4,
+                    occupancy: occupancy([0.5, 0.8, 0.95, 1.0]),
+                    tflops: 100.0,
+                    split_penalty: 1.05,
+                },
+                MatmulRate {
+                    tile: Tile::TC_SMALL,
+                    resident: 6,
+                    occupancy: occupancy([0.4, 0.7, 0.85, 0.95, 1.0, 1.0]),
+                    tflops: 50.0,
                     split_penalty: 1.0,
                 },
             ],

@@ -138,6 +138,46 @@ fn matmul_tiles() {
     snapshot("matmul_tiles", &text);
 }
 
+/// The matmul on tensor cores (products of f16 operands on a target with cooperative
+/// matrices): a linear layer's forward with its bias and gelu in the epilogue (`a` staged as
+/// quads along k, `w` as scalars along n), and its weight gradient (`xᵀ · dy`: `a` a
+/// transposed view, staged along m); then the same kernels in the emulated form
+/// (`cooperative_emulated`) that CI runs.
+#[test]
+fn matmul_tensor_cores() {
+    let src = "graph mm {
+  input x: f16[96, 64]
+  input w: f16[64, 130]
+  input bias: f16[130]
+  input dy: f16[96, 130]
+  y = gelu(add(matmul(x, w), bias))
+  dw = matmul(transpose(x, dim0=0, dim1=1), dy)
+  output y, dw
+}
+";
+    let graph = sinter_ir::text::parse(src).expect("valid");
+    let mut text = String::new();
+    for emulated in [false, true] {
+        let mut options = sinter_compiler::Options::default();
+        options.target.features.cooperative_matrix = true;
+        options.target.features.cooperative_emulated = emulated;
+        let artifact = sinter_compiler::compile(&graph, &options)
+            .expect("compiles")
+            .artifact;
+        writeln!(
+            text,
+            "##### {}: requires {}",
+            if emulated { "emulated" } else { "hardware" },
+            artifact.requirements.features.join(", ")
+        )
+        .unwrap();
+        for k in &artifact.kernels {
+            writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+        }
+    }
+    snapshot("matmul_tensor_cores", &text);
+}
+
 /// Split-K (forced): the products of K chunks into a partials buffer, then the sum over the
 /// chunks, with the epilogue (scale, bias, relu) in the sum; quads where alignment allows
 /// (`a`, `b`, `bias`) and scalars where it does not (`c`, whose rows start at odd offsets).

@@ -25,22 +25,19 @@ use sinter_ir::artifact::WORD_BYTES;
 use crate::CompileError;
 use crate::kernel::{Matmul, SplitSum};
 use crate::layout::View;
-use crate::matmul::{PAD, Tile};
+use crate::matmul::{Form, PAD, Tile};
+
+mod coop;
 
 pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), CompileError> {
-    let batch: usize = k.batch.iter().product();
-    let t = k.tile;
-    let (gx, gy) = (k.n.div_ceil(t.bn as usize), k.m.div_ceil(t.bm as usize));
-    if batch > MAX_GROUPS as usize || gx > MAX_GROUPS as usize || gy > MAX_GROUPS as usize {
-        return Err(CompileError::KernelLimit {
-            kernel: "matmul",
-            what: format!(
-                "{batch} batch entries of {}x{} outputs need {batch}x{gy}x{gx} blocks; one dispatch handles {MAX_GROUPS} per axis",
-                k.m, k.n
-            ),
-        });
+    let (gx, gy, batch) = grid_of(k)?;
+    if k.tile.form == Form::TensorCores {
+        return Ok(coop::emit(e, k, [gx, gy, batch]));
     }
-    let Tile { bm, bn, bk, tm, tn } = t;
+    let t = k.tile;
+    let Tile {
+        bm, bn, bk, tm, tn, ..
+    } = t;
     let quads = tm % 4 == 0 && tn % 4 == 0;
     let rb = k.batch.len();
     let (ea, eb) = (bm * bk / WORKGROUP, bk * bn / WORKGROUP);
@@ -107,25 +104,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     } else {
         e.arena(k.b.buffer)
     };
-    let mut base = |name: &str, view: &View| {
-        let mut b = e.base(view.buffer, view.offset, name);
-        for axis in 0..rb {
-            let st = e.param(view.strides[axis], &format!("{name}.stride[b{axis}]"));
-            write!(b, " + b{axis} * {st}").unwrap();
-        }
-        let (s0, s1) = (
-            e.param(view.strides[rb], &format!("{name}.stride[0]")),
-            e.param(view.strides[rb + 1], &format!("{name}.stride[1]")),
-        );
-        writeln!(
-            s,
-            "    let {name}_base = {b};\n    let {name}_s0 = {s0};\n    let {name}_s1 = {s1};"
-        )
-        .unwrap();
-    };
-    base("a", &k.a);
-    base("b", &k.b);
-    base("o", &k.out);
+    bind_views(e, &mut s, k);
     writeln!(s, "    let row0 = wid.y * BM;\n    let col0 = wid.x * BN;").unwrap();
     writeln!(
         s,
@@ -197,11 +176,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
     // the stored value: the product, or the epilogue of it at its coordinates
     let value = |slot: &str| match &k.epilogue {
-        Some(_) => {
-            let mut args: Vec<String> = (0..rb).map(|a| format!("b{a}")).collect();
-            args.extend(["gm".to_string(), "GN".to_string()]);
-            format!("epilogue({slot}, {})", args.join(", "))
-        }
+        Some(_) => format!("epilogue({slot}, {})", epilogue_args(rb, "gm", "GN")),
         None => slot.to_string(),
     };
     let (out_dtype, out_storage) = (k.out_dtype, e.storage(k.out.buffer));
@@ -213,7 +188,55 @@ pub fn emit(e: &mut Emitter, k: &Matmul) -> Result<(String, [u32; 3], u32), Comp
     }
     writeln!(s, "}}").unwrap();
     let shared = (sa * bk + bk * sb) * WORD_BYTES as u32;
-    Ok((s, [gx as u32, gy as u32, batch.max(1) as u32], shared))
+    Ok((s, [gx, gy, batch], shared))
+}
+
+/// Binds `{a,b,o}_base` (the batch entry's first element), `_s0` and `_s1` (the strides of the
+/// two matrix axes) of the product's operands and output, given the batch coordinates `b0..`.
+fn bind_views(e: &mut Emitter, s: &mut String, k: &Matmul) {
+    let rb = k.batch.len();
+    for (name, view) in [("a", &k.a), ("b", &k.b), ("o", &k.out)] {
+        let mut b = e.base(view.buffer, view.offset, name);
+        for axis in 0..rb {
+            let st = e.param(view.strides[axis], &format!("{name}.stride[b{axis}]"));
+            write!(b, " + b{axis} * {st}").unwrap();
+        }
+        let (s0, s1) = (
+            e.param(view.strides[rb], &format!("{name}.stride[0]")),
+            e.param(view.strides[rb + 1], &format!("{name}.stride[1]")),
+        );
+        writeln!(
+            s,
+            "    let {name}_base = {b};\n    let {name}_s0 = {s0};\n    let {name}_s1 = {s1};"
+        )
+        .unwrap();
+    }
+}
+
+/// The workgroup grid of a matmul (column blocks, row blocks, batch entries), or the error
+/// where one dispatch cannot hold it.
+fn grid_of(k: &Matmul) -> Result<(u32, u32, u32), CompileError> {
+    let batch: usize = k.batch.iter().product();
+    let t = k.tile;
+    let (gx, gy) = (k.n.div_ceil(t.bn as usize), k.m.div_ceil(t.bm as usize));
+    if batch > MAX_GROUPS as usize || gx > MAX_GROUPS as usize || gy > MAX_GROUPS as usize {
+        return Err(CompileError::KernelLimit {
+            kernel: "matmul",
+            what: format!(
+                "{batch} batch entries of {}x{} outputs need {batch}x{gy}x{gx} blocks; one dispatch handles {MAX_GROUPS} per axis",
+                k.m, k.n
+            ),
+        });
+    }
+    Ok((gx as u32, gy as u32, batch.max(1) as u32))
+}
+
+/// The coordinates of a matmul kernel's output element `(gm, gn)` in batch entry
+/// `b0, b1, ..` as the epilogue function takes them.
+fn epilogue_args(rank: usize, gm: &str, gn: &str) -> String {
+    let mut args: Vec<String> = (0..rank).map(|a| format!("b{a}")).collect();
+    args.extend([gm.to_string(), gn.to_string()]);
+    args.join(", ")
 }
 
 /// The second pass of split-K: one thread per output element, or per quad of consecutive
@@ -338,8 +361,12 @@ pub fn emit_split_sum(e: &mut Emitter, k: &SplitSum) -> (String, [u32; 3], u32) 
 /// multiple of 4). Checked at compile time on the view's offset and strides; otherwise staging
 /// loads scalars.
 fn vec4_loads(e: &Emitter, view: &View, unit: usize, per_thread: u32) -> bool {
+    e.storage(view.buffer) == Storage::Word && quad_loads(e, view, unit, per_thread)
+}
+
+/// [`vec4_loads`] for an arena of any storage (quads of halves are `vec4<f16>`).
+fn quad_loads(e: &Emitter, view: &View, unit: usize, per_thread: u32) -> bool {
     e.quad_aliases()
-        && e.storage(view.buffer) == Storage::Word
         && per_thread.is_multiple_of(4)
         && view.strides[unit] == 1
         && view.shape[unit] >= 4

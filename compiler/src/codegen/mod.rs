@@ -90,6 +90,7 @@ pub fn emit(
         subgroup_body: None,
         indices_in_range: false,
         cooperative: false,
+        emulated_cooperative: target.features.cooperative_emulated,
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -133,6 +134,9 @@ pub struct Emitter<'m> {
     indices_in_range: bool,
     /// See [`Emitter::cooperative_matrices`].
     cooperative: bool,
+    /// Whether cooperative matrices are written out in plain WGSL
+    /// ([`crate::target::Features::cooperative_emulated`]).
+    emulated_cooperative: bool,
 }
 
 impl Emitter<'_> {
@@ -193,8 +197,9 @@ impl Emitter<'_> {
         format!("arena{}", self.arena_slot(buffer))
     }
 
-    /// The WGSL name of a binding of the arena that holds `buffer` as `array<vec4<f32>>`, for
-    /// loads of quads at element addresses that are multiples of 4 (index `address >> 2u`).
+    /// The WGSL name of a binding of the arena that holds `buffer` as an array of quads
+    /// (`vec4<f32>`, or `vec4<f16>` for an arena of halves), for loads of quads at element
+    /// addresses that are multiples of 4 (index `address >> 2u`).
     pub fn arena_quads(&mut self, buffer: BufferId) -> String {
         debug_assert!(self.quad_aliases, "quads asked for with quad aliases off");
         format!("arena{}q", self.slot(buffer, true))
@@ -229,10 +234,6 @@ impl Emitter<'_> {
         match found {
             Some(i) => i,
             None => {
-                debug_assert!(
-                    !quads || self.mem.storage[arena as usize] == Storage::Word,
-                    "vec4<f32> aliases of word arenas only"
-                );
                 self.arenas.push(arena);
                 self.quads.push(quads);
                 self.storage.push(self.mem.storage[arena as usize]);
@@ -258,6 +259,13 @@ impl Emitter<'_> {
     /// directly instead of through `p(i)`.
     pub fn cooperative_matrices(&mut self) {
         self.cooperative = true;
+    }
+
+    /// Whether the target asks for cooperative matrices written out in plain WGSL
+    /// ([`crate::target::Features::cooperative_emulated`]); a kernel that writes them so does
+    /// not call [`Emitter::cooperative_matrices`].
+    pub fn emulated_cooperative(&self) -> bool {
+        self.emulated_cooperative
     }
 
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
@@ -325,7 +333,8 @@ impl Emitter<'_> {
         writeln!(head, "@group(0) @binding(0) var<uniform> params: Params;").unwrap();
         for i in 0..self.arenas.len() {
             let (name, ty) = match (self.quads[i], self.storage[i]) {
-                (true, _) => (format!("arena{i}q"), "vec4<f32>"),
+                (true, Storage::Word) => (format!("arena{i}q"), "vec4<f32>"),
+                (true, Storage::Half) => (format!("arena{i}q"), "vec4<f16>"),
                 (false, Storage::Word) => (format!("arena{i}"), "f32"),
                 (false, Storage::Half) => (format!("arena{i}"), "f16"),
             };
