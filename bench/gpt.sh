@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPT-2-style training steps, sinter (optimized, --no-opt, and in mixed precision with the flash
-# kernels forced: MIXED=1) against PyTorch eager fp32 in the
+# GPT-2-style training steps, sinter (optimized, --no-opt, and with MIXED=1 in mixed precision on
+# tensor cores, attention chosen and flash forced) against PyTorch eager fp32 in the
 # same host session (see bench/README.md). Expects .bench/sinter-bench and the Vulkan loaders in
 # .gl/; writes one log per shape under $OUT.
 #
@@ -19,7 +19,7 @@ for shape in "$@"; do
   : > "$dir/sinter.jsonl"
   # the f32 runs last: the folder keeps their step-1 params, which gpt_torch.py checks against
   opts=()
-  [[ ${MIXED:-0} == 1 ]] && opts+=("--precision mixed --attention flash")
+  [[ ${MIXED:-0} == 1 ]] && opts+=("--precision mixed --tensor-cores" "--precision mixed --tensor-cores --attention flash")
   opts+=("--no-opt" "")
   for opt in "${opts[@]}"; do
     $B --json gpt --layers "$1" --width "$2" --heads "$3" --steps "$STEPS" --profile 2 \

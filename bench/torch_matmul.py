@@ -2,6 +2,7 @@
 """PyTorch fp32 matmul (TF32 off), timed like `sinter-bench matmul`, for the ratio table.
 
     python3 bench/torch_matmul.py --sizes 1024,2048,4096 --repeats 20 [--json]
+    python3 bench/torch_matmul.py --sizes 4096 --dtype bf16 --tolerance 1e-2   # cuBLAS on tensor cores
     python3 bench/torch_matmul.py --shapes 2048x768x2304,48*512x64x512:bt,768x2048x768:at --json
 
 `--shapes` takes `[B*]MxKxN[:at][:bt]` like `sinter-bench matmul --shapes`: B batch entries, and
@@ -28,13 +29,15 @@ import time
 import torch
 
 PEAK_FLOPS = 67e12  # H200 fp32 FMA peak on paper (GPU.md)
+PEAK_TENSOR_FLOPS = 989e12  # H200 dense f16/bf16 tensor-core peak on paper
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 PEAK_BYTES = 4.26e12  # measured device copy bandwidth, read + write (GPU.md)
 
 
-def nonzero(shape, generator, device):
+def nonzero(shape, generator, device, dtype=torch.float32):
     magnitude = 0.25 + 0.75 * torch.rand(*shape, generator=generator, device=device)
     sign = torch.randint(0, 2, shape, generator=generator, device=device) * 2 - 1
-    return (magnitude * sign).to(torch.float32)
+    return (magnitude * sign).to(dtype)
 
 
 def parse_shape(text):
@@ -47,18 +50,21 @@ def parse_shape(text):
     return int(batch or 1), m, k, n, "at" in flags, "bt" in flags
 
 
-def bench(label, shape, repeats, warmup, seed, tolerance):
+def bench(label, shape, repeats, warmup, seed, tolerance, dtype="f32"):
+    """One shape; `dtype` f16 or bf16 runs cuBLAS on tensor cores (operands and result in it,
+    f32 accumulation), checked against the float64 product of the rounded operands."""
     batch, m, k, n, at, bt = shape
+    torch_dtype = DTYPES[dtype]
     device = torch.device("cuda")
     gen = torch.Generator(device=device).manual_seed(seed + m)
     lead = (batch,) if batch > 1 else ()
-    a = nonzero(lead + ((k, m) if at else (m, k)), gen, device)
-    b = nonzero(lead + ((n, k) if bt else (k, n)), gen, device)
+    a = nonzero(lead + ((k, m) if at else (m, k)), gen, device, torch_dtype)
+    b = nonzero(lead + ((n, k) if bt else (k, n)), gen, device, torch_dtype)
     if at:
         a = a.transpose(-2, -1)
     if bt:
         b = b.transpose(-2, -1)
-    c = torch.empty(lead + (m, n), device=device, dtype=torch.float32)
+    c = torch.empty(lead + (m, n), device=device, dtype=torch_dtype)
     ref = a.double() @ b.double()
     max_ref = ref.abs().max().item()
     mm = torch.bmm if batch > 1 else torch.mm
@@ -96,12 +102,14 @@ def bench(label, shape, repeats, warmup, seed, tolerance):
 
     kernel_ms = statistics.median(times)
     flops = 2.0 * batch * m * k * n
-    flop_floor = flops / PEAK_FLOPS * 1e3
-    byte_floor = 4 * batch * (m * k + k * n + m * n) / PEAK_BYTES * 1e3
+    peak = PEAK_FLOPS if dtype == "f32" else PEAK_TENSOR_FLOPS
+    flop_floor = flops / peak * 1e3
+    element = 4 if dtype == "f32" else 2
+    byte_floor = element * batch * (m * k + k * n + m * n) / PEAK_BYTES * 1e3
     return {
         "bench": "matmul",
         "impl": "torch",
-        "dtype": "f32",
+        "dtype": dtype,
         "n": label,
         "batch": batch,
         "m": m,
@@ -132,6 +140,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tolerance", type=float, default=1e-4, help="max error / max |ref|")
     p.add_argument("--json", action="store_true", help="JSON lines on stdout, table on stderr")
+    p.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="operands and result; f16 and bf16 run on tensor cores")
     args = p.parse_args()
 
     if not torch.cuda.is_available():
@@ -151,7 +160,7 @@ def main():
         runs = [(int(s), (1, int(s), int(s), int(s), False, False))
                 for s in args.sizes.split(",") if s.strip()]
     for label, shape in runs:
-        r = bench(label, shape, args.repeats, args.warmup, args.seed, args.tolerance)
+        r = bench(label, shape, args.repeats, args.warmup, args.seed, args.tolerance, args.dtype)
         wrong |= not r["ok"]
         print(f"{str(label):>18}  {r['kernel_ms']:>10.4f}  {r['tflops']:>8.2f}  {r['wall_ms']:>9.4f}  "
               f"{r['wall_copy_ms']:>9.3f}  {r['floor_ms']:>9.4f}  "

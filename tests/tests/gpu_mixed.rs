@@ -2,8 +2,9 @@
 //! the gradient scaler write it, against the interpreter; and a step whose gradients overflow,
 //! which must leave every param and optimizer state bit for bit as it was.
 //!
-//! Each runs for the default target (f16 storage; Mesa's software Vulkan has `SHADER_F16`) and
-//! for one without f16 storage (the browsers' fallback form: f16 numbers in f32 words).
+//! Each runs for the default target (f16 storage; Mesa's software Vulkan has `SHADER_F16`), for
+//! one without f16 storage (the browsers' fallback form: f16 numbers in f32 words), and for one
+//! whose f16 products take the tensor-core matmul in its emulated form.
 
 use sinter_compiler::loss_scale::{GOOD_STEPS, LossScale, SCALE, SKIPPED, add_loss_scaling};
 use sinter_compiler::precision::{Precision, autocast};
@@ -32,11 +33,19 @@ fn parse(src: &str) -> Graph {
     sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)))
 }
 
-/// The default target and one without f16 storage.
-fn targets() -> [Target; 2] {
+/// The default target, one without f16 storage, and one whose f16 products take the
+/// tensor-core matmul in its emulated form (`Features::cooperative_emulated`).
+fn targets() -> [Target; 3] {
     let mut words = Target::portable();
     words.features.f16 = false;
-    [Target::portable(), words]
+    [Target::portable(), words, emulated_tensor_cores()]
+}
+
+fn emulated_tensor_cores() -> Target {
+    let mut target = Target::portable();
+    target.features.cooperative_matrix = true;
+    target.features.cooperative_emulated = true;
+    target
 }
 
 #[test]
@@ -74,8 +83,23 @@ fn bundled_examples_in_mixed_precision_match_the_interpreter() {
         let g = autocast(&g).expect("autocasts");
         let g = add_loss_scaling(&g, &LossScale::default()).expect("scales");
         // measured: the losses within 7e-7, the logits within 2.5e-4 (an f16 rounding step)
-        let errors = check_graph_gpu(&g, 2e-3, &[], 10, &Options::default());
-        assert!(!errors.is_empty(), "{name}: no outputs compared");
+        for target in [Target::portable(), emulated_tensor_cores()] {
+            let options = Options {
+                target,
+                ..Options::default()
+            };
+            if options.target.features.cooperative_emulated {
+                let artifact = sinter_compiler::compile(&g, &options)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"))
+                    .artifact;
+                let products = (artifact.kernels.iter())
+                    .filter(|k| k.wgsl.contains("multiply_add("))
+                    .count();
+                assert!(products > 0, "{name}: no product on tensor cores");
+            }
+            let errors = check_graph_gpu(&g, 2e-3, &[], 10, &options);
+            assert!(!errors.is_empty(), "{name}: no outputs compared");
+        }
     }
 }
 

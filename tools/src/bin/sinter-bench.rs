@@ -56,6 +56,8 @@ use sinter_runtime::{AdapterChoice, Profile, ProfileOptions, Session};
 
 /// Paper fp32 FMA peak of the H200 (GPU.md), FLOP/s.
 const PEAK_FLOPS: f64 = 67e12;
+/// Paper dense f16/bf16 tensor-core peak of the H200, FLOP/s.
+const PEAK_TENSOR_FLOPS: f64 = 989e12;
 /// Measured device copy bandwidth of the H200 (read + write), bytes/s.
 const PEAK_BYTES: f64 = 4.26e12;
 /// From this size up, a random sample of outputs is checked instead of all of them.
@@ -189,8 +191,8 @@ struct StepArgs {
     /// The flash backward as one kernel or two (as `sinter compile --flash-backward`).
     #[arg(long, value_enum, default_value_t = sinter_cli::flags::FlashBackward::Whole)]
     flash_backward: sinter_cli::flags::FlashBackward,
-    /// Flash kernels on tensor cores where they have such forms (as `sinter compile
-    /// --tensor-cores`).
+    /// Flash kernels on tensor cores where they have such forms, and with `--precision mixed`
+    /// the f16 matmuls (as `sinter compile --tensor-cores`).
     #[arg(long)]
     tensor_cores: bool,
     /// `mixed`: products in f16 with the gradient scaler, as `sinter compile --precision`
@@ -240,6 +242,14 @@ struct MatmulArgs {
     /// largest count below it that does); repeat to compare.
     #[arg(long = "split", value_parser = clap::value_parser!(u32).range(1..))]
     splits: Vec<u32>,
+    /// Operands and product in f16 (f32 accumulation), as autocast runs a linear layer: the
+    /// operands are rounded to f16 first, and the reference is their exact product.
+    #[arg(long)]
+    f16: bool,
+    /// Compile for a target with cooperative matrices, so that f16 products run on tensor
+    /// cores (as `sinter compile --tensor-cores`).
+    #[arg(long)]
+    tensor_cores: bool,
 }
 
 #[derive(clap::Args)]
@@ -404,7 +414,7 @@ fn choice() -> Result<AdapterChoice, Failure> {
 }
 
 fn compile(src: &str, file: &str, max_binding: Option<u64>) -> Result<Artifact, Failure> {
-    compile_with_tile(src, file, max_binding, None, None)
+    compile_with_tile(src, file, max_binding, None, None, false)
 }
 
 fn compile_with_tile(
@@ -413,10 +423,11 @@ fn compile_with_tile(
     max_binding: Option<u64>,
     tile: Option<Tile>,
     split: Option<u32>,
+    tensor_cores: bool,
 ) -> Result<Artifact, Failure> {
     let graph = sinter_ir::text::parse(src).map_err(|d| Failure::Error(d.render(file, src)))?;
     let options = sinter_compiler::Options {
-        target: bench_target(max_binding, false),
+        target: bench_target(max_binding, tensor_cores),
         matmul: sinter_compiler::matmul::Forced {
             tile,
             splits: split.map(|s| s as usize),
@@ -547,8 +558,9 @@ impl Shape {
         l
     }
 
-    /// The program: stored operands, transposed into `[.., m, k]` and `[.., k, n]` views.
-    fn program(&self) -> String {
+    /// The program: stored operands of `dtype`, transposed into `[.., m, k]` and `[.., k, n]`
+    /// views.
+    fn program(&self, dtype: DType) -> String {
         let lead = if self.batch > 1 {
             format!("{}, ", self.batch)
         } else {
@@ -574,7 +586,7 @@ impl Shape {
             }
         };
         format!(
-            "graph matmul {{\n  input a: f32[{lead}{}, {}]\n  input b: f32[{lead}{}, {}]\n  \
+            "graph matmul {{\n  input a: {dtype}[{lead}{}, {}]\n  input b: {dtype}[{lead}{}, {}]\n  \
              c = matmul({}, {})\n  output c\n}}\n",
             a_dims[0],
             a_dims[1],
@@ -608,8 +620,9 @@ impl Shape {
         2.0 * (self.batch * self.m * self.k * self.n) as f64
     }
 
-    fn bytes(&self) -> f64 {
-        4.0 * (self.batch * (self.m * self.k + self.k * self.n + self.m * self.n)) as f64
+    fn bytes(&self, dtype: DType) -> f64 {
+        let elements = self.batch * (self.m * self.k + self.k * self.n + self.m * self.n);
+        (elements * dtype.size_bytes()) as f64
     }
 }
 
@@ -695,9 +708,17 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
     }
     for (i, (shape, tile, split)) in runs.into_iter().enumerate() {
         let label = shape.label();
-        let src = shape.program();
+        let dtype = if args.f16 { DType::F16 } else { DType::F32 };
+        let src = shape.program(dtype);
         let t = Instant::now();
-        let artifact = compile_with_tile(&src, "matmul.sir", args.max_binding, tile, split)?;
+        let artifact = compile_with_tile(
+            &src,
+            "matmul.sir",
+            args.max_binding,
+            tile,
+            split,
+            args.tensor_cores,
+        )?;
         let compile_s = seconds(t);
         let tile_name = tile.map_or_else(|| "default".to_string(), |t| t.to_string());
         let split_name = split.map_or_else(|| "default".to_string(), |s| s.to_string());
@@ -707,8 +728,14 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
         let load_s = seconds(t);
 
         let mut rng = Rng(args.seed ^ (shape.m as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-        let random =
-            |rng: &mut Rng, len: usize| (0..len).map(|_| rng.nonzero()).collect::<Vec<f32>>();
+        // f16 operands: the values rounded to f16, so that the reference is their product
+        let round = |x: f32| match dtype {
+            DType::F16 => half::f16::from_f32(x).to_f32(),
+            _ => x,
+        };
+        let random = |rng: &mut Rng, len: usize| {
+            (0..len).map(|_| round(rng.nonzero())).collect::<Vec<f32>>()
+        };
         let a = random(&mut rng, shape.batch * shape.m * shape.k);
         let b = random(&mut rng, shape.batch * shape.k * shape.n);
         let t = Instant::now();
@@ -720,7 +747,13 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             vec![]
         };
         let dims = |x: [usize; 2]| lead.iter().copied().chain(x).collect::<Vec<usize>>();
-        let a = HostTensor::f32(
+        let tensor = |shape: Vec<usize>, data: Vec<f32>| match dtype {
+            DType::F16 => {
+                HostTensor::f16(shape, data.into_iter().map(half::f16::from_f32).collect())
+            }
+            _ => HostTensor::f32(shape, data),
+        };
+        let a = tensor(
             dims(if shape.at {
                 [shape.k, shape.m]
             } else {
@@ -728,7 +761,7 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             }),
             a,
         );
-        let b = HostTensor::f32(
+        let b = tensor(
             dims(if shape.bt {
                 [shape.n, shape.k]
             } else {
@@ -743,14 +776,25 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
             &[("a", &a), ("b", &b)],
             &ProfileOptions::new(args.repeats),
             |_, outputs| {
-                let err = f32_data(outputs, "c").map_or(f64::INFINITY, |c| reference.error(c));
+                let err = match outputs.get("c").map(|c| &c.data) {
+                    Some(TensorData::F32(c)) => reference.error(c),
+                    Some(TensorData::F16(c)) => {
+                        reference.error(&c.iter().map(|x| x.to_f32()).collect::<Vec<f32>>())
+                    }
+                    _ => f64::INFINITY,
+                };
                 worst = worst.max(err);
                 checked_runs += 1;
             },
         )?;
         let flops = shape.flops();
-        let flop_floor = flops / PEAK_FLOPS * 1e9;
-        let byte_floor = shape.bytes() / PEAK_BYTES * 1e9;
+        let peak = if dtype == DType::F16 && args.tensor_cores {
+            PEAK_TENSOR_FLOPS
+        } else {
+            PEAK_FLOPS
+        };
+        let flop_floor = flops / peak * 1e9;
+        let byte_floor = shape.bytes(dtype) / PEAK_BYTES * 1e9;
         let floor_ns = flop_floor.max(byte_floor);
         let kernel_ns = profile.busy_ns;
         let tflops = flops / kernel_ns / 1e3;
@@ -793,7 +837,8 @@ fn matmul(args: &MatmulArgs, out: &Output) -> Result<(), Failure> {
         out.record(&[
             ("bench", Json::Str("matmul".into())),
             ("impl", Json::Str("sinter".into())),
-            ("dtype", Json::Str("f32".into())),
+            ("dtype", Json::Str(dtype.to_string())),
+            ("tensor_cores", Json::Bool(args.tensor_cores)),
             (
                 "n",
                 shape

@@ -7,8 +7,9 @@
 //! - `bytes_per_ns`: `y = x + x` over `--elements` f32 values, its bytes over its busy time;
 //! - `flops_per_ns`: 64 fused multiply-adds per element over the same values;
 //! - every block shape's `tflops` in the base's matmul table: an `--size`³ product forced to
-//!   that shape; and `product_flops_per_ns`, the product with the block shape the compiler
-//!   chooses.
+//!   that shape (of `f16` operands for the tensor-core shapes, where the base has cooperative
+//!   matrices; elsewhere their rates are kept and said so); and `product_flops_per_ns`, the
+//!   f32 product with the block shape the compiler chooses.
 //!
 //! Kept from the base preset, and said so on stderr: SMs (wgpu does not report them; `--sms`
 //! sets them), the block shapes' residency and occupancy curves and split penalties (fitted by
@@ -18,7 +19,7 @@
 use std::path::PathBuf;
 
 use sinter_compiler::Target;
-use sinter_compiler::matmul::Tile;
+use sinter_compiler::matmul::{Form, Tile};
 use sinter_runtime::Session;
 use sinter_runtime::io::HostTensor;
 
@@ -113,8 +114,20 @@ pub fn calibrate(args: &CalibrateArgs, out: &Output) -> Result<(), Failure> {
     let flops = 2.0 * (s as f64).powi(3);
     let (_, busy_ns, _) = measure(&product, true, None, &mut rng)?;
     target.rates.product_flops_per_ns = flops / busy_ns;
+    // the tensor-core shapes time a product of f16 operands, where the base has them
+    let half_product = product.replace("f32[", "f16[");
+    let tensor_cores = base.features.cooperative_matrix && base.features.f16;
+    let mut kept = Vec::new();
     for rate in &mut target.rates.matmul {
-        let (_, busy_ns, _) = measure(&product, true, Some(rate.tile), &mut rng)?;
+        let src = match rate.tile.form {
+            Form::Fma => &product,
+            Form::TensorCores if tensor_cores => &half_product,
+            Form::TensorCores => {
+                kept.push(rate.tile.to_string());
+                continue;
+            }
+        };
+        let (_, busy_ns, _) = measure(src, true, Some(rate.tile), &mut rng)?;
         rate.tflops = flops / busy_ns / 1e3;
     }
 
@@ -136,10 +149,18 @@ pub fn calibrate(args: &CalibrateArgs, out: &Output) -> Result<(), Failure> {
     ));
     eprintln!(
         "# kept from `{}`: {} SMs{}, block residency and occupancy, split penalties, the \
-         split-K sum's and the flash kernels' rates",
+         split-K sum's and the flash kernels' rates{}",
         base.name,
         target.rates.sms,
-        if args.sms.is_some() { " (--sms)" } else { "" }
+        if args.sms.is_some() { " (--sms)" } else { "" },
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", and the tensor-core shapes' rates ({}: the base has no cooperative matrices)",
+                kept.join(", ")
+            )
+        }
     );
     std::fs::write(&args.out, target.to_json())
         .map_err(|e| Failure::Error(format!("cannot write {}: {e}", args.out.display())))?;
@@ -171,8 +192,14 @@ fn time(
         .map(|slot| {
             let shape = slot.ty.shape.clone();
             let count: usize = shape.iter().product();
-            let data = (0..count).map(|_| rng.nonzero()).collect();
-            (slot.name.clone(), HostTensor::f32(shape, data))
+            let data: Vec<f32> = (0..count).map(|_| rng.nonzero()).collect();
+            let tensor = match slot.ty.dtype {
+                sinter_ir::DType::F16 => {
+                    HostTensor::f16(shape, data.into_iter().map(half::f16::from_f32).collect())
+                }
+                _ => HostTensor::f32(shape, data),
+            };
+            (slot.name.clone(), tensor)
         })
         .collect();
     let mut session = Session::load_with(artifact, &choice()?)?;
