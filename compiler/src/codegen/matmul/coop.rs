@@ -47,6 +47,8 @@ const TILE: u32 = TC_SIDE * TC_SIDE;
 const LANES: u32 = WORKGROUP / TC_SUBGROUPS;
 /// Elements of a matrix each invocation of its subgroup stores (and, emulated, holds).
 const PER_LANE: u32 = TILE / LANES;
+/// Elements of a quad load (`vec4<f16>`).
+const QUAD: u32 = 4;
 
 /// How the cooperative operations are written: wgpu's cooperative matrices, or plain WGSL in
 /// which invocation `sg_lane` of a subgroup holds elements `sg_lane + 32q` (`q < 8`) of each
@@ -180,8 +182,8 @@ impl Operand {
             writeln!(
                 s,
                 "{indent}    let {walked} = (i % {}u) * 4u;\n{indent}    let {across} = i / {}u;",
-                width / 4,
-                width / 4
+                width / QUAD,
+                width / QUAD
             )
             .unwrap();
         } else {
@@ -311,7 +313,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
             block,
             walks_k,
             quads,
-            count: if quads { elements / 4 } else { elements },
+            count: if quads { elements / QUAD } else { elements },
             arena: if quads {
                 e.arena_quads(view.buffer)
             } else {
