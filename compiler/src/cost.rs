@@ -8,7 +8,7 @@
 //! balance over the SMs ([`busiest_sm`], the one simulator of workgroups on SMs). Only ratios
 //! matter; the rates are the target's ([`crate::target::Rates`]).
 
-use sinter_ir::TensorType;
+use sinter_ir::{DType, TensorType};
 
 use crate::flash::variant::{self, Choices, Form, LaunchOrder, Variant};
 use crate::flash::{FlashKind, FlashSpec, interval};
@@ -113,14 +113,31 @@ impl CostModel {
     }
 
     /// A matrix product `a · b` into `out` (batched, broadcasting): a launch, its operands and
-    /// result once, and its arithmetic at the target's flat product rate
-    /// ([`crate::target::Rates::product_flops_per_ns`]).
+    /// result once, and its arithmetic: on the FMA units at the target's flat product rate
+    /// ([`crate::target::Rates::product_flops_per_ns`], the rate the flash kernels' were
+    /// fitted against), on tensor cores (two `f16` operands, [`matmul::form`]) as the variant
+    /// lowering will choose prices it ([`matmul::choose`]).
     pub fn matmul(&self, a: &TensorType, b: &TensorType, out: &TensorType) -> f64 {
         let k = a.shape[a.rank() - 1];
         let flops = 2.0 * out.numel() as f64 * k as f64;
-        self.launch()
-            + self.bytes((a.size_bytes() + b.size_bytes() + out.size_bytes()) as f64)
-            + flops / self.target.rates.product_flops_per_ns
+        let io =
+            self.launch() + self.bytes((a.size_bytes() + b.size_bytes() + out.size_bytes()) as f64);
+        // (1-D operands are promoted to matrices before any product is priced)
+        let f16 = a.dtype == DType::F16 && b.dtype == DType::F16 && out.rank() >= 2;
+        match matmul::form(&self.target, f16) {
+            matmul::Form::Fma => io + flops / self.target.rates.product_flops_per_ns,
+            form @ matmul::Form::TensorCores => {
+                let r = out.rank();
+                let shape = matmul::Shape {
+                    batch: out.shape[..r - 2].iter().product(),
+                    m: out.shape[r - 2],
+                    n: out.shape[r - 1],
+                    k,
+                };
+                let max_binding = self.target.limits.max_binding;
+                io + matmul::choose(&self.target, shape, self.matmul, max_binding, form).1
+            }
+        }
     }
 
     /// A flash kernel of `spec` over inputs of `types`: a launch, its operands and results
@@ -252,6 +269,41 @@ pub fn busiest_sm(works: impl Iterator<Item = u64>, sms: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A product of f16 operands on a target with cooperative matrices is priced as the
+    /// tensor-core variant lowering chooses (its estimate, plus launch and bytes); elsewhere,
+    /// and for f32 operands, at the flat product rate.
+    #[test]
+    fn f16_products_are_priced_on_tensor_cores_where_they_run_there() {
+        let price = |target: Target, dtype| {
+            let model = CostModel::new(target, Choices::default(), matmul::Forced::default());
+            let ty = |shape: [usize; 2]| TensorType::new(dtype, shape.to_vec());
+            let (a, b, out) = (ty([2048, 768]), ty([768, 2304]), ty([2048, 2304]));
+            let io = model.launch()
+                + model.bytes((a.size_bytes() + b.size_bytes() + out.size_bytes()) as f64);
+            (model.matmul(&a, &b, &out), io)
+        };
+        let shape = matmul::Shape {
+            batch: 1,
+            m: 2048,
+            n: 2304,
+            k: 768,
+        };
+        let forced = matmul::Forced::default();
+        let form = matmul::Form::TensorCores;
+        let (_, product) = matmul::choose(&Target::h200(), shape, forced, u64::MAX, form);
+        let (tc, io) = price(Target::h200(), DType::F16);
+        assert!(
+            (tc - (io + product)).abs() < 1e-6,
+            "{tc} vs {io} + {product}"
+        );
+        let (fma, _) = price(Target::portable(), DType::F16);
+        assert!(tc < fma, "{tc} vs {fma}");
+        assert_eq!(
+            price(Target::h200(), DType::F32),
+            price(Target::portable(), DType::F32)
+        );
+    }
 
     #[test]
     fn the_busiest_sm_sets_the_time() {

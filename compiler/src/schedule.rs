@@ -81,15 +81,6 @@ pub struct Schedule {
     pub updated_in_place: Vec<KValueId>,
 }
 
-/// How a value of `dtype` is stored on `target`: f16 values in f16 arenas where the target has
-/// f16 storage, else as f32 words holding f16 numbers; everything else in words.
-pub fn storage(dtype: DType, target: &crate::Target) -> Storage {
-    match dtype {
-        DType::F16 if target.features.f16 => Storage::Half,
-        DType::F16 | DType::F32 | DType::I32 => Storage::Word,
-    }
-}
-
 /// Refuses an f16 tensor at the program's interface (read or written by the caller, in the
 /// dtype's bytes) where the target stores f16 values as f32 words.
 fn interface_storage(
@@ -98,7 +89,7 @@ fn interface_storage(
     dtype: DType,
     target: &crate::Target,
 ) -> Result<(), CompileError> {
-    if dtype == DType::F16 && storage(dtype, target) != Storage::Half {
+    if dtype == DType::F16 && target.storage(dtype) != Storage::Half {
         return Err(CompileError::Storage {
             role,
             name: name.to_string(),
@@ -210,7 +201,7 @@ impl Lowering<'_> {
         let id = BufferId(self.sched.buffers.len() as u32);
         let view = View::contiguous(id, &ty.shape);
         self.sched.buffers.push(Buffer {
-            storage: storage(ty.dtype, self.target),
+            storage: self.target.storage(ty.dtype),
             ty,
             kind,
             label: label.to_string(),

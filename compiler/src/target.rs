@@ -20,6 +20,8 @@
 //! H200's, in nanoseconds, so estimates read as times there.
 
 use serde::{Deserialize, Serialize};
+use sinter_ir::artifact::Storage;
+use sinter_ir::{DType, TensorType};
 
 /// The most loop iterations one invocation may run on Mesa's software Vulkan (lavapipe): its
 /// LLVM back end keeps one counter per invocation, decremented at every back-edge of every loop,
@@ -218,6 +220,20 @@ impl Target {
             },
             ..Target::portable()
         }
+    }
+
+    /// How a value of `dtype` is stored: f16 values in f16 arenas where the target has f16,
+    /// else as f32 words holding f16 numbers; everything else in words.
+    pub fn storage(&self, dtype: DType) -> Storage {
+        match dtype {
+            DType::F16 if self.features.f16 => Storage::Half,
+            DType::F16 | DType::F32 | DType::I32 => Storage::Word,
+        }
+    }
+
+    /// The bytes a tensor of `ty` takes in an arena ([`Target::storage`]).
+    pub fn stored_bytes(&self, ty: &TensorType) -> u64 {
+        ty.numel() as u64 * u64::from(self.storage(ty.dtype).bytes())
     }
 
     /// This target with another binding limit (`sinter compile --max-binding-size`).

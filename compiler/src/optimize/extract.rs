@@ -173,7 +173,7 @@ pub fn extract(
                 Head::Flash(_) if settings.force_flash => 1e-3 * node_cost(settings.model, g, n),
                 Head::Flash(_) if settings.forbid_flash => INFEASIBLE_NS,
                 Head::Kernel(_) | Head::Epilogue(..) | Head::Op(..)
-                    if g[c].data.ty.size_bytes() as u64
+                    if settings.model.target.stored_bytes(&g[c].data.ty)
                         > settings.model.target.limits.max_binding
                         && node_cost(settings.model, g, n) > 0.0 =>
                 {
