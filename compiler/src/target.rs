@@ -233,7 +233,7 @@ impl Target {
 
     /// The bytes a tensor of `ty` takes in an arena ([`Target::storage`]).
     pub fn stored_bytes(&self, ty: &TensorType) -> u64 {
-        ty.numel() as u64 * u64::from(self.storage(ty.dtype).bytes())
+        ty.numel() as u64 * self.storage(ty.dtype).bytes()
     }
 
     /// This target with another binding limit (`sinter compile --max-binding-size`).
