@@ -478,6 +478,7 @@ pub mod key {
         Key::new("approximate", AttrKind::Str(super::GeluForm::NAMES));
     pub const AXES: Key<Indices> = Key::new("axes", ints(0));
     pub const KEEPDIM: Key<Bool> = Key::new("keepdim", AttrKind::Bool);
+    pub const LAST: Key<Bool> = Key::new("last", AttrKind::Bool);
     pub const AXIS: Key<Index> = Key::new("axis", AttrKind::Int);
     pub const SHAPE: Key<Indices> = Key::new("shape", ints(0));
     pub const PERM: Key<Indices> = Key::new("perm", ints(0));

@@ -148,8 +148,32 @@ fn reductions_and_argmax_on_special_rows() {
         );
         check(&src, &[("x", rows())], 2e-5);
     }
-    let src = "graph t {\n  input x: f32[6, 4]\n  y = argmax(x, axis=1)\n  z = argmax(x, axis=0)\n  output y, z\n}\n";
-    check(src, &[("x", rows())], 0.0);
+    for last in [false, true] {
+        let src = format!(
+            "graph t {{\n  input x: f32[6, 4]\n  y = argmax(x, axis=1, last={last})\n  z = argmax(x, axis=0, last={last})\n  output y, z\n}}\n"
+        );
+        check(&src, &[("x", rows())], 0.0);
+    }
+}
+
+/// Ties and NaNs spread over long rows, which the kernels combine across lanes, subgroups and
+/// workgroup memory: `argmax` keeps the first of the maxima (or NaNs), `last=true` the last, as
+/// the interpreter does.
+#[test]
+fn argmax_ties_on_long_rows() {
+    // rows of 1000 and 5000: values repeat every 7, so each row's maximum appears many times;
+    // row 1 holds two NaNs
+    for n in [1000usize, 5000] {
+        let mut x: Vec<f64> = (0..3 * n).map(|i| (i % 7) as f64 - 3.0).collect();
+        x[n + 17] = NAN;
+        x[n + n / 2] = NAN;
+        for last in [false, true] {
+            let src = format!(
+                "graph t {{\n  input x: f32[3, {n}]\n  y = argmax(x, axis=1, last={last})\n  output y\n}}\n"
+            );
+            check(&src, &[("x", f32s(&[3, n], &x))], 0.0);
+        }
+    }
 }
 
 #[test]

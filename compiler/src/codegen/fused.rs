@@ -436,7 +436,10 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
             Mapping::ColumnMajor => column_segment(rows, len),
         };
         let per_group = WORKGROUP / seg;
-        let argmax = p.phases.iter().any(|ph| ph.combine == Combine::ArgMax);
+        let argmax = p
+            .phases
+            .iter()
+            .any(|ph| matches!(ph.combine, Combine::ArgMax { .. }));
         let b = &mut self.body;
         match map {
             Mapping::RowMajor => {
@@ -617,7 +620,7 @@ fn combine_step(c: Combine, k: usize) -> (String, String) {
         Combine::Sum => format!("var a{k} = 0.0;"),
         Combine::Max => format!("var a{k} = {NEG_INF};"),
         Combine::Min => format!("var a{k} = {POS_INF};"),
-        Combine::ArgMax => format!("var a{k} = {NEG_INF};\n    var ai{k} = 0xffffffffu;"),
+        Combine::ArgMax { .. } => format!("var a{k} = {NEG_INF};\n    var ai{k} = 0xffffffffu;"),
     };
     (
         init,
@@ -632,11 +635,20 @@ fn fold(c: Combine, acc: &str, acc_i: &str, y: &str, yi: &str) -> String {
         Combine::Sum => format!("{acc} = {acc} + {y};"),
         Combine::Max => format!("{acc} = max_nan({acc}, {y});"),
         Combine::Min => format!("{acc} = min_nan({acc}, {y});"),
-        Combine::ArgMax => {
-            format!(
-                "if (argmax_takes({acc}, {acc_i}, {y}, {yi})) {{ {acc} = {y}; {acc_i} = {yi}; }}"
-            )
+        Combine::ArgMax { last } => {
+            let takes = argmax_helper(last);
+            format!("if ({takes}({acc}, {acc_i}, {y}, {yi})) {{ {acc} = {y}; {acc_i} = {yi}; }}")
         }
+    }
+}
+
+/// The WGSL helper that says whether an argmax accumulator takes a value (`numerics.rs`): ties
+/// and NaNs go to the lower index, or with `last` to the higher.
+fn argmax_helper(last: bool) -> &'static str {
+    if last {
+        "argmax_last_takes"
+    } else {
+        "argmax_takes"
     }
 }
 
@@ -644,7 +656,7 @@ fn fold(c: Combine, acc: &str, acc_i: &str, y: &str, yi: &str) -> String {
 /// result to `r{k}` in every thread of the segment.
 fn combine_segment(s: &mut String, c: Combine, k: usize) {
     writeln!(s, "    red[cell] = a{k};").unwrap();
-    if c == Combine::ArgMax {
+    if matches!(c, Combine::ArgMax { .. }) {
         writeln!(s, "    redi[cell] = ai{k};").unwrap();
     }
     writeln!(s, "    workgroupBarrier();").unwrap();
@@ -656,11 +668,12 @@ fn combine_segment(s: &mut String, c: Combine, k: usize) {
         Combine::Sum => writeln!(s, "            red[cell] = x + y;").unwrap(),
         Combine::Max => writeln!(s, "            red[cell] = max_nan(x, y);").unwrap(),
         Combine::Min => writeln!(s, "            red[cell] = min_nan(x, y);").unwrap(),
-        Combine::ArgMax => {
+        Combine::ArgMax { last } => {
             writeln!(s, "            let yi = redi[cell + w];").unwrap();
             writeln!(
                 s,
-                "            if (argmax_takes(x, redi[cell], y, yi)) {{ red[cell] = y; redi[cell] = yi; }}"
+                "            if ({}(x, redi[cell], y, yi)) {{ red[cell] = y; redi[cell] = yi; }}",
+                argmax_helper(last)
             )
             .unwrap();
         }
@@ -669,7 +682,7 @@ fn combine_segment(s: &mut String, c: Combine, k: usize) {
     writeln!(s, "        workgroupBarrier();").unwrap();
     writeln!(s, "    }}").unwrap();
     match c {
-        Combine::ArgMax => writeln!(s, "    let r{k} = i32(redi[cell - lane]);").unwrap(),
+        Combine::ArgMax { .. } => writeln!(s, "    let r{k} = i32(redi[cell - lane]);").unwrap(),
         _ => writeln!(s, "    let r{k} = red[cell - lane];").unwrap(),
     }
     // every thread has read the result before the next phase reuses `red`
@@ -689,12 +702,12 @@ fn combine_subgroups(s: &mut String, c: Combine, k: usize) {
         writeln!(s, "    var s{k} = subgroupAdd(a{k});").unwrap();
     } else {
         writeln!(s, "    var s{k} = a{k};").unwrap();
-        if c == Combine::ArgMax {
+        if matches!(c, Combine::ArgMax { .. }) {
             writeln!(s, "    var si{k} = ai{k};").unwrap();
         }
         writeln!(s, "    for (var m = sg_size >> 1u; m > 0u; m = m >> 1u) {{").unwrap();
         writeln!(s, "        let y = subgroupShuffleXor(s{k}, m);").unwrap();
-        if c == Combine::ArgMax {
+        if matches!(c, Combine::ArgMax { .. }) {
             writeln!(s, "        let yi = subgroupShuffleXor(si{k}, m);").unwrap();
         }
         merge(s, "        ", "y", "yi");
@@ -702,20 +715,20 @@ fn combine_subgroups(s: &mut String, c: Combine, k: usize) {
     }
     writeln!(s, "    if (sg_lane == 0u) {{").unwrap();
     writeln!(s, "        red[sg_id] = s{k};").unwrap();
-    if c == Combine::ArgMax {
+    if matches!(c, Combine::ArgMax { .. }) {
         writeln!(s, "        redi[sg_id] = si{k};").unwrap();
     }
     writeln!(s, "    }}").unwrap();
     writeln!(s, "    workgroupBarrier();").unwrap();
     writeln!(s, "    s{k} = red[0];").unwrap();
-    if c == Combine::ArgMax {
+    if matches!(c, Combine::ArgMax { .. }) {
         writeln!(s, "    si{k} = redi[0];").unwrap();
     }
     writeln!(s, "    for (var g = 1u; g < sg_count; g = g + 1u) {{").unwrap();
     merge(s, "        ", "red[g]", "redi[g]");
     writeln!(s, "    }}").unwrap();
     match c {
-        Combine::ArgMax => writeln!(s, "    let r{k} = i32(si{k});").unwrap(),
+        Combine::ArgMax { .. } => writeln!(s, "    let r{k} = i32(si{k});").unwrap(),
         _ => writeln!(s, "    let r{k} = s{k};").unwrap(),
     }
     // every thread has read the partials before the next phase reuses `red`

@@ -82,6 +82,19 @@ const HELPERS: &[Helper] = &[
 ",
     },
     Helper {
+        name: "argmax_last_takes",
+        uses: &["is_nan_f32"],
+        wgsl: "fn argmax_last_takes(a: f32, ai: u32, b: f32, bi: u32) -> bool {
+    if (bi == 0xffffffffu) { return false; }
+    if (ai == 0xffffffffu) { return true; }
+    let na = is_nan_f32(a);
+    let nb = is_nan_f32(b);
+    if (na || nb) { return nb && (!na || bi > ai); }
+    return b > a || (b == a && bi > ai);
+}
+",
+    },
+    Helper {
         name: "log_f32",
         uses: &["f32_bits"],
         wgsl: "fn log_f32(x: f32) -> f32 {

@@ -52,7 +52,8 @@ impl fmt::Display for Combine {
             Combine::Sum => "sum",
             Combine::Max => "max",
             Combine::Min => "min",
-            Combine::ArgMax => "argmax",
+            Combine::ArgMax { last: false } => "argmax",
+            Combine::ArgMax { last: true } => "argmax_last",
         })
     }
 }

@@ -158,8 +158,13 @@ impl Acc {
             Combine::Max | Combine::Min if nan(v) => self.value = v,
             Combine::Max => self.value = self.value.max(v),
             Combine::Min => self.value = self.value.min(v),
-            Combine::ArgMax => {
-                if !nan(self.value) && (v > self.value || nan(v)) {
+            Combine::ArgMax { last } => {
+                let takes = if last {
+                    nan(v) || (!nan(self.value) && v >= self.value)
+                } else {
+                    !nan(self.value) && (v > self.value || nan(v))
+                };
+                if takes {
                     (self.value, self.index) = (v, flat);
                 }
             }
@@ -168,7 +173,7 @@ impl Acc {
 
     fn result(&self) -> f64 {
         match self.combine {
-            Combine::ArgMax => self.index as f64,
+            Combine::ArgMax { .. } => self.index as f64,
             _ => self.value,
         }
     }

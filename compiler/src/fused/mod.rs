@@ -121,14 +121,17 @@ pub enum Combine {
     /// NaN if any value is NaN.
     Max,
     Min,
-    /// The (i32) flat reduce index of the first maximum; a NaN counts as the maximum.
-    ArgMax,
+    /// The (i32) flat reduce index of the first maximum (the last where `last`); a NaN counts
+    /// as the maximum.
+    ArgMax {
+        last: bool,
+    },
 }
 
 impl Combine {
     pub fn dtype(self) -> DType {
         match self {
-            Combine::ArgMax => DType::I32,
+            Combine::ArgMax { .. } => DType::I32,
             _ => DType::F32,
         }
     }
@@ -450,7 +453,7 @@ impl Program {
         };
         let mut value = p.push(Inst::Reduced(0));
         let out = match combine {
-            Combine::ArgMax => DType::I32,
+            Combine::ArgMax { .. } => DType::I32,
             Combine::Sum | Combine::Max | Combine::Min => dtype,
         };
         if out == DType::F16 {
@@ -509,7 +512,12 @@ impl Program {
             Op::Sum => Some(reduction(&attrs.of(key::AXES), Combine::Sum)),
             Op::Max => Some(reduction(&attrs.of(key::AXES), Combine::Max)),
             Op::Min => Some(reduction(&attrs.of(key::AXES), Combine::Min)),
-            Op::Argmax => Some(reduction(&[attrs.of(key::AXIS)], Combine::ArgMax)),
+            Op::Argmax => Some(reduction(
+                &[attrs.of(key::AXIS)],
+                Combine::ArgMax {
+                    last: attrs.of(key::LAST),
+                },
+            )),
             Op::Constant if leaves => Some(Program::map(
                 &[],
                 Scalar::Cast(DType::F32),

@@ -55,6 +55,7 @@ pub(crate) fn logsumexp(c: &[f64]) -> f64 {
 pub(crate) fn argmax(cx: &Cx) -> Tensor {
     let x = cx.x(0);
     let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.of(key::AXIS));
+    let last = cx.attrs.of(key::LAST);
     let mut data = Vec::with_capacity(outer * inner);
     for o in 0..outer {
         for j in 0..inner {
@@ -62,7 +63,13 @@ pub(crate) fn argmax(cx: &Cx) -> Tensor {
             let mut best = 0;
             for i in 1..n {
                 let (v, b) = (at(i), at(best));
-                if !b.is_nan() && (v > b || v.is_nan()) {
+                // a NaN is the maximum; ties (NaNs among them) go to the first, or the last
+                let takes = if last {
+                    v.is_nan() || (!b.is_nan() && v >= b)
+                } else {
+                    !b.is_nan() && (v > b || v.is_nan())
+                };
+                if takes {
                     best = i;
                 }
             }

@@ -54,11 +54,7 @@ pub fn translate(cx: &mut Importer, op: &str, args: &Args) -> Result<Option<Resu
 }
 
 fn arg_reduce(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
-    if args.attrs.int("select_last_index", 0) != 0 {
-        return Err(Problem::unsupported(
-            "select_last_index=1 (sinter's argmax picks the first maximum)",
-        ));
-    }
+    let last = args.attrs.int("select_last_index", 0) != 0;
     let mut x: ValueId = f32_value(cx, args.input(0)?)?;
     let rank = cx.shape_of(x).len();
     let a = super::axis(args.attrs.int("axis", 0), rank, "axis")?;
@@ -69,7 +65,10 @@ fn arg_reduce(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Probl
     let id = cx.op(
         Op::Argmax,
         &[x],
-        Attrs::new().and(key::AXIS, a).and(key::KEEPDIM, keepdim),
+        Attrs::new()
+            .and(key::AXIS, a)
+            .and(key::KEEPDIM, keepdim)
+            .and(key::LAST, last),
     )?;
     one(Val::Dynamic {
         id,
