@@ -519,6 +519,7 @@ pub mod key {
         (APPROXIMATE.name, APPROXIMATE.kind),
         (AXES.name, AXES.kind),
         (KEEPDIM.name, KEEPDIM.kind),
+        (LAST.name, LAST.kind),
         (AXIS.name, AXIS.kind),
         (SHAPE.name, SHAPE.kind),
         (PERM.name, PERM.kind),
