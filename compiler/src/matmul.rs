@@ -226,8 +226,9 @@ impl Tile {
 
 /// The side of a cooperative matrix (16 × 16 × 16 products).
 pub const TC_SIDE: u32 = 16;
-/// Subgroups of a tensor-core matmul's workgroup: 256 threads in subgroups of 32.
-pub const TC_SUBGROUPS: u32 = THREADS / 32;
+/// Subgroups of a tensor-core matmul's workgroup: 256 threads in subgroups of 32 (the size
+/// the runtime requires of an adapter that runs cooperative matrices).
+pub const TC_SUBGROUPS: u32 = THREADS / sinter_ir::artifact::COOPERATIVE_SUBGROUP_SIZE;
 /// Halves that pad each row of a tensor-core kernel's staged `f16` slabs, so that a
 /// cooperative load's 8 rows of 16 bytes fall in distinct banks (see `codegen/flash/coop.rs`).
 pub const TC_PAD: u32 = 8;
