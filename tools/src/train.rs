@@ -28,7 +28,7 @@ use crate::feeds::{self, Feed};
 use crate::{artifact, console, program, units};
 use data::{DataSet, Order};
 use eval::{AccuracySpec, Evaluator};
-use sinter_cli::flags::Precision;
+use sinter_cli::flags::{Precision, TargetArgs};
 
 #[derive(clap::Args)]
 #[command(after_long_help = TRAIN_HELP)]
@@ -71,6 +71,11 @@ pub struct Args {
     /// precision it was compiled with.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
+    /// The device a .sir program (and the --eval program) is compiled for, as in `sinter
+    /// compile`: with cooperative matrices (`--target h200`, `--tensor-cores`) a mixed-precision
+    /// step runs its f16 products and attention on tensor cores.
+    #[command(flatten)]
+    target: TargetArgs,
     /// After training, write every param and state (optimizer moments included) here.
     #[arg(long, value_name = "FILE.safetensors")]
     save_weights: Option<PathBuf>,
@@ -130,7 +135,7 @@ Example:
 pub fn run(args: &Args) -> Result<(), CliError> {
     // Everything that can be checked is checked before step 1: every data file and every
     // value in it, the eval program and its data, and every path written to.
-    let artifact = load(&args.file, args.precision)?;
+    let artifact = load(&args.file, args)?;
     let inputs = slots(&artifact, Role::Input);
     let bounds = index_bounds(&artifact);
     let fixed = args
@@ -187,7 +192,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     let graph = artifact.graph.clone();
     let mut evaluator = match (&args.eval, &args.eval_data) {
         (Some(file), Some(dir)) => Some(Evaluator::new(
-            load(file, args.precision)?,
+            load(file, args)?,
             dir,
             &fixed,
             &args.loss,
@@ -349,12 +354,18 @@ fn draw_plot(
     Ok(())
 }
 
-/// A `.sir` program compiled at `precision`, or a `.sart` artifact read.
-fn load(path: &Path, precision: Precision) -> Result<Artifact, CliError> {
+/// A `.sir` program compiled at `args`' precision for its target, or a `.sart` artifact
+/// read.
+fn load(path: &Path, args: &Args) -> Result<Artifact, CliError> {
     if path.extension().is_some_and(|e| e == "sir") {
         let graph = program::load(path)?;
         let options = sinter_compiler::Options {
-            precision: precision.into(),
+            target: args.target.target().map_err(CliError::Arg)?,
+            flash: sinter_compiler::flash::variant::Choices {
+                tensor_cores: args.target.tensor_cores,
+                ..Default::default()
+            },
+            precision: args.precision.into(),
             ..sinter_compiler::Options::default()
         };
         Ok(sinter_compiler::compile(&graph, &options)?.artifact)

@@ -593,6 +593,8 @@ fn bad_training_arguments_exit_2() {
          &["`probs` is not an output"]),
         (&["--eval", &eval], &["--eval-data"]),
         (&["--steps", "0"], &["--steps"]),
+        (&["--target", "nope"], &["unknown target `nope`", "portable, browser, h200"]),
+        (&["--browser", "--tensor-cores"], &["--tensor-cores and --browser"]),
         // Checked before step 1: the held-out data and the weights path.
         (&["--eval", &eval, "--eval-data", &bad_eval], &["labels.npy: sample 3 of input `labels` holds -1"]),
         (&["--save-weights", "/nonexistent/dir/w.safetensors"], &["cannot write /nonexistent/dir/w.safetensors"]),
