@@ -376,15 +376,28 @@ fn pool(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
     args.attrs.ignore("storage_order");
     let win = window(args, &xs[2..], &kernel, true)?;
     let ceil = args.attrs.int("ceil_mode", 0) != 0;
+    // per spatial axis, the elements ceil_mode's partial last window reads past the padding
+    let mut extra = vec![0; kernel.len()];
     for i in 0..kernel.len() {
         let span = xs[2 + i] + 2 * win.pad[i];
         if span < kernel[i] {
             return Err(Problem::invalid("the window does not fit the padded input"));
         }
-        if ceil && !(span - kernel[i]).is_multiple_of(win.stride[i]) {
-            return Err(Problem::unsupported(
-                "ceil_mode=1 where it adds a partial window (sinter's pools floor)",
-            ));
+        if ceil {
+            extra[i] = partial_window(xs[2 + i], win.pad[i], kernel[i], win.stride[i]);
+        }
+        let include_pad = args.attrs.int("count_include_pad", 0) != 0;
+        let partial = extra[i] > 0;
+        if partial && (op == "LpPool" || (include_pad && win.pad.iter().any(|&p| p > 0))) {
+            return Err(Problem::unsupported(format!(
+                "{op} with ceil_mode=1 where it adds a partial window{} (MaxPool and \
+                 AveragePool without counted padding take it)",
+                if op == "LpPool" {
+                    ""
+                } else {
+                    " and counts the padding"
+                }
+            )));
         }
         if 2 * win.pad[i] > kernel[i] {
             return Err(Problem::unsupported(format!(
@@ -394,6 +407,17 @@ fn pool(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
         }
     }
     let (x4, lifted) = lift(cx, x, op)?;
+    // Partial windows read the input continued past its padding: by -inf for MaxPool, which no
+    // window's maximum takes (each starts inside the input or its left padding); by zeros for
+    // AveragePool, whose divisor is then the in-bounds count (below).
+    let extra = lifted_pair(&extra, lifted, 0);
+    let partial = extra.iter().any(|&n| n > 0);
+    let fill = if op == "MaxPool" {
+        f64::NEG_INFINITY
+    } else {
+        0.0
+    };
+    let x4 = continued(cx, x4, &extra, fill)?;
     let attrs = Attrs::new()
         .and(key::KERNEL, lifted_pair(&kernel, lifted, 1))
         .and(key::STRIDE, lifted_pair(&win.stride, lifted, 1))
@@ -414,22 +438,68 @@ fn pool(cx: &mut Importer, op: &str, args: &Args) -> Result<Results, Problem> {
     } else {
         let sum_like = cx.op(Op::AvgPool2d, &[x4], attrs.clone())?;
         let include_pad = args.attrs.int("count_include_pad", 0) != 0;
-        if include_pad || win.pad.iter().all(|&p| p == 0) {
+        if !partial && (include_pad || win.pad.iter().all(|&p| p == 0)) {
             sum_like
         } else {
-            // Divide by the in-bounds count instead: the average of ones over each window.
+            // Divide by the in-bounds count instead: the average of ones (zeros where the
+            // input was continued) over each window.
             let ones = cx.scalar(1.0)?;
-            let shape = cx.shape_of(x4);
+            let mut shape = cx.shape_of(x4);
+            for (axis, n) in extra.iter().enumerate() {
+                shape[2 + axis] -= n;
+            }
             let ones = cx.op(
                 Op::BroadcastTo,
                 &[ones],
                 Attrs::new().and(key::SHAPE, shape),
             )?;
+            let ones = continued(cx, ones, &extra, 0.0)?;
             let frac = cx.op(Op::AvgPool2d, &[ones], attrs)?;
             binary(cx, Op::Div, sum_like, frac)?
         }
     };
     float(lower(cx, y, lifted)?)
+}
+
+/// `x4` (`[N, C, H, W]`) continued along H and W by `extra[0]` and `extra[1]` elements of
+/// `fill`.
+fn continued(
+    cx: &mut Importer,
+    mut x4: ValueId,
+    extra: &[usize],
+    fill: f64,
+) -> Result<ValueId, Problem> {
+    for (axis, &n) in extra.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let mut shape = cx.shape_of(x4);
+        shape[2 + axis] = n;
+        let value = cx.scalar(fill)?;
+        let block = cx.op(
+            Op::BroadcastTo,
+            &[value],
+            Attrs::new().and(key::SHAPE, shape),
+        )?;
+        x4 = cx.op(
+            Op::Concat,
+            &[x4, block],
+            Attrs::new().and(key::AXIS, 2 + axis),
+        )?;
+    }
+    Ok(x4)
+}
+
+/// The elements past its padding that `ceil_mode`'s last window reads along an axis of `len`
+/// with padding `pad` on each side: PyTorch's and ONNX's rule, ceil((len + 2·pad − k) / s) + 1
+/// windows, less the last where it would start in the right padding.
+fn partial_window(len: usize, pad: usize, k: usize, s: usize) -> usize {
+    let span = len + 2 * pad;
+    let mut windows = (span - k).div_ceil(s) + 1;
+    if (windows - 1) * s >= len + pad {
+        windows -= 1;
+    }
+    ((windows - 1) * s + k).saturating_sub(span)
 }
 
 /// A per-channel vector `[C]` shaped `[C, 1, …]` to broadcast over `[N, C, …]` of rank `rank`.
