@@ -124,7 +124,8 @@ impl CostModel {
             self.launch() + self.bytes((a.size_bytes() + b.size_bytes() + out.size_bytes()) as f64);
         // (1-D operands are promoted to matrices before any product is priced)
         let f16 = a.dtype == DType::F16 && b.dtype == DType::F16 && out.rank() >= 2;
-        match matmul::form(&self.target, f16) {
+        let rows = if f16 { out.shape[out.rank() - 2] } else { 0 };
+        match matmul::form(&self.target, f16, rows) {
             matmul::Form::Fma => io + flops / self.target.rates.product_flops_per_ns,
             form @ matmul::Form::TensorCores => {
                 let r = out.rank();

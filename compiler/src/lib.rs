@@ -152,6 +152,12 @@ impl Options {
                 expected: "a target with cooperative matrices (e.g. `--target h200`)".into(),
             });
         }
+        if let Some(tile) = self.matmul.tile {
+            matmul::Tile::check(tile).map_err(|e| CompileError::Setting {
+                what: format!("the forced matmul tile `{tile}`"),
+                expected: e,
+            })?;
+        }
         Ok(())
     }
 

@@ -181,43 +181,42 @@ impl Tile {
     /// multiple of 16 deep that divide evenly among the 256 threads, staged (with the
     /// epilogue's scratch) in [`TC_STAGING_BYTES`].
     pub fn check(t: Tile) -> Result<(), String> {
-        let Tile {
-            bm,
-            bn,
-            bk,
-            tm,
-            tn,
-            form,
-        } = t;
+        // in u64: no shape overflows the arithmetic
+        let [bm, bn, bk, tm, tn] = [t.bm, t.bn, t.bk, t.tm, t.tn].map(u64::from);
+        let threads = u64::from(THREADS);
         let divides = tm > 0 && tn > 0 && bm % tm == 0 && bn % tn == 0;
-        let fits = match form {
+        let fits = match t.form {
             Form::Fma => {
                 divides
-                    && (bm / tm) * (bn / tn) == THREADS
-                    && (bm * bk) % THREADS == 0
-                    && (bk * bn) % THREADS == 0
-                    && ((bm + PAD) * bk + bk * (bn + PAD)) * WORD_BYTES as u32 <= STAGING_BYTES
+                    && (bm / tm) * (bn / tn) == threads
+                    && (bm * bk) % threads == 0
+                    && (bk * bn) % threads == 0
+                    && ((bm + u64::from(PAD)) * bk + bk * (bn + u64::from(PAD))) * WORD_BYTES
+                        <= u64::from(STAGING_BYTES)
             }
             Form::TensorCores => {
+                let side = u64::from(TC_SIDE);
                 divides
-                    && tm.is_multiple_of(TC_SIDE)
-                    && tn.is_multiple_of(TC_SIDE)
-                    && (bm / tm) * (bn / tn) == TC_SUBGROUPS
+                    && tm.is_multiple_of(side)
+                    && tn.is_multiple_of(side)
+                    && (bm / tm) * (bn / tn) == u64::from(TC_SUBGROUPS)
+                    && (tm / side) * (tn / side) <= u64::from(TC_MAX_ACCUMULATORS)
                     && bk > 0
-                    && bk.is_multiple_of(TC_SIDE)
-                    && (bm * bk).is_multiple_of(THREADS)
-                    && (bk * bn).is_multiple_of(THREADS)
-                    && tc_workgroup_bytes(t) <= TC_STAGING_BYTES
+                    && bk.is_multiple_of(side)
+                    && (bm * bk).is_multiple_of(threads)
+                    && (bk * bn).is_multiple_of(threads)
+                    && tc_workgroup_bytes(t) <= u64::from(TC_STAGING_BYTES)
             }
         };
-        match (fits, form) {
+        match (fits, t.form) {
             (true, _) => Ok(()),
             (false, Form::Fma) => Err(format!(
                 "tile `{t}` does not give 256 threads with evenly split slabs in 16 KiB"
             )),
             (false, Form::TensorCores) => Err(format!(
-                "tile `{t}` does not give 8 subgroups whole 16 x 16 tiles with slabs a multiple \
-                 of 16 deep, evenly split and staged in {} KiB",
+                "tile `{t}` does not give 8 subgroups whole 16 x 16 tiles (at most \
+                 {TC_MAX_ACCUMULATORS} each) with slabs a multiple of 16 deep, evenly split and \
+                 staged in {} KiB",
                 TC_STAGING_BYTES >> 10
             )),
         }
@@ -236,11 +235,17 @@ pub const TC_PAD: u32 = 8;
 /// artifact records the kernels' need).
 const TC_STAGING_BYTES: u32 = 40 << 10;
 
+/// Most accumulators (16 × 16 `f32` cooperative matrices) one subgroup of a tensor-core
+/// matmul holds: eight take 64 registers per invocation.
+pub const TC_MAX_ACCUMULATORS: u32 = 8;
+
 /// Workgroup bytes of a tensor-core matmul of tile `t`: its two padded `f16` slabs and one
 /// 16 × 16 `f32` tile per subgroup through which the epilogue reads its accumulators.
-pub fn tc_workgroup_bytes(t: Tile) -> u32 {
-    let halves = t.bm * (t.bk + TC_PAD) + t.bk * (t.bn + TC_PAD);
-    halves * 2 + TC_SUBGROUPS * TC_SIDE * TC_SIDE * WORD_BYTES as u32
+pub fn tc_workgroup_bytes(t: Tile) -> u64 {
+    let [bm, bn, bk] = [t.bm, t.bn, t.bk].map(u64::from);
+    let pad = u64::from(TC_PAD);
+    let halves = bm * (bk + pad) + bk * (bn + pad);
+    halves * 2 + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
 }
 
 impl std::fmt::Display for Tile {
@@ -320,16 +325,23 @@ fn estimate(target: &Target, rate: &MatmulRate, shape: Shape, splits: usize) -> 
     product * rate.split_penalty + sum_bytes / r.split_sum_bytes_per_ns + r.split_sum_ns
 }
 
-/// The form a product runs in: [`Form::TensorCores`] where `f16_operands` (both operands are
-/// `f16`) and the target has `f16` and cooperative matrices and lists block shapes for them,
-/// else [`Form::Fma`].
-pub fn form(target: &Target, f16_operands: bool) -> Form {
+/// The form a product of `rows` output rows runs in: [`Form::TensorCores`] where
+/// `f16_operands` (both operands are `f16`), the rows fill a cooperative matrix (a decode
+/// step's one-row products would waste 15 of its 16) and the target has `f16` and cooperative
+/// matrices and lists block shapes for them, else [`Form::Fma`].
+pub fn form(target: &Target, f16_operands: bool, rows: usize) -> Form {
     let listed = target
         .rates
         .matmul
         .iter()
         .any(|r| r.tile.form == Form::TensorCores);
-    if f16_operands && target.features.f16 && target.features.cooperative_matrix && listed {
+    let features = &target.features;
+    if f16_operands
+        && rows >= TC_SIDE as usize
+        && features.f16
+        && features.cooperative_matrix
+        && listed
+    {
         Form::TensorCores
     } else {
         Form::Fma
@@ -576,12 +588,13 @@ mod tests {
     #[test]
     fn f16_products_choose_tensor_core_shapes() {
         let h200 = Target::h200();
-        assert_eq!(form(&h200, true), Form::TensorCores);
-        assert_eq!(form(&h200, false), Form::Fma);
-        assert_eq!(form(&Target::portable(), true), Form::Fma);
+        assert_eq!(form(&h200, true, 512), Form::TensorCores);
+        assert_eq!(form(&h200, true, 4), Form::Fma, "a decode step's rows");
+        assert_eq!(form(&h200, false, 512), Form::Fma);
+        assert_eq!(form(&Target::portable(), true, 512), Form::Fma);
         let mut no_f16 = Target::h200();
         no_f16.features.f16 = false;
-        assert_eq!(form(&no_f16, true), Form::Fma);
+        assert_eq!(form(&no_f16, true, 512), Form::Fma);
         for t in [
             Tile::TC_LARGE,
             Tile::TC_WIDE,

@@ -821,7 +821,7 @@ impl Lowering<'_> {
             self.matmul,
             self.target.limits.max_binding,
             b_along_n,
-            matmul::form(self.target, f16_operands),
+            matmul::form(self.target, f16_operands, m),
         );
         let step = KNode {
             sources: vec![label],

@@ -72,6 +72,14 @@ fn cases() -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "a long K (128 steps of 32), sums of 4096 products",
+            graph(
+                "  input a: f16[40, 4096]\n  input b: f16[4096, 24]",
+                "  c = cast(matmul(a, b), dtype=\"f32\")",
+                "c",
+            ),
+        ),
+        (
             "batched both, broadcast batch axis",
             graph(
                 "  input a: f16[2, 3, 17, 32]\n  input b: f16[2, 1, 32, 24]",
@@ -133,6 +141,24 @@ fn f16_products_take_tensor_cores_where_the_target_has_them() {
     assert!(!wgsl.iter().any(|w| w.contains("multiply_add")), "{wgsl:?}");
     let (wgsl, _) = kernels(f32, tensor_core_target(false));
     assert!(!wgsl.iter().any(|w| w.contains("coop")), "{wgsl:?}");
+    // a decode step's few rows keep the FMA kernel
+    let (wgsl, _) = kernels(
+        "graph t {\n  input a: f16[4, 64]\n  input b: f16[64, 32]\n  c = matmul(a, b)\n  output c\n}\n",
+        tensor_core_target(false),
+    );
+    assert!(!wgsl.iter().any(|w| w.contains("coop")), "{wgsl:?}");
+    // a tile forced through the API is checked like one parsed
+    let bad = Tile {
+        tm: 64,
+        tn: 128,
+        ..Tile::TC_LARGE
+    };
+    let e = sinter_compiler::compile(
+        &parse(f16),
+        &options(tensor_core_target(false), Some(bad), None),
+    )
+    .expect_err("an invalid tile");
+    assert!(e.to_string().contains("does not give 8 subgroups"), "{e}");
     assert_eq!(Tile::parse("tc:64x64x32x16x32"), Ok(Tile::TC_MEDIUM));
     assert_eq!(Tile::TC_MEDIUM.to_string(), "tc:64x64x32x16x32");
     assert_eq!(Tile::TC_MEDIUM.form, Form::TensorCores);

@@ -35,7 +35,7 @@
 
 use std::fmt::Write;
 
-use sinter_ir::artifact::Storage;
+use sinter_ir::artifact::{Storage, WORD_BYTES};
 
 use super::{Emitter, Form, Tile, WORKGROUP, bind_views, decompose, epilogue_args, quad_loads};
 use crate::kernel::Matmul;
@@ -349,6 +349,18 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     )
     .unwrap();
     let (sa, sb) = (bk + TC_PAD, bn + TC_PAD);
+    // every array, and so every array's start, on a 16-byte boundary (the H200's driver
+    // misplaces cooperative loads from arrays that start off one; see `codegen/flash/coop.rs`)
+    debug_assert!(
+        [
+            bm * sa * 2,
+            bk * sb * 2,
+            TC_SUBGROUPS * TILE * WORD_BYTES as u32
+        ]
+        .iter()
+        .all(|b| b.is_multiple_of(16)),
+        "{t}"
+    );
     writeln!(s, "const SA: u32 = {sa}u;\nconst SB: u32 = {sb}u;").unwrap();
     writeln!(s, "var<workgroup> As: array<f16, {}>;", bm * sa).unwrap();
     writeln!(s, "var<workgroup> Bs: array<f16, {}>;", bk * sb).unwrap();
@@ -490,5 +502,6 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         }
     }
     writeln!(s, "}}").unwrap();
-    (s, grid, tc_workgroup_bytes(t))
+    // a checked tile's bytes are within TC_STAGING_BYTES
+    (s, grid, tc_workgroup_bytes(t) as u32)
 }
