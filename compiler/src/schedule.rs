@@ -38,7 +38,7 @@ pub enum BufferKind {
 #[derive(Clone, Debug)]
 pub struct Buffer {
     pub ty: TensorType,
-    /// How its elements are stored ([`storage`]).
+    /// How its elements are stored ([`crate::Target::storage`]).
     pub storage: Storage,
     pub kind: BufferKind,
     /// Names of the values stored in it, for the arena map.
