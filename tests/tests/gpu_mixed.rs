@@ -88,7 +88,10 @@ fn bundled_examples_in_mixed_precision_match_the_interpreter() {
                 target,
                 ..Options::default()
             };
-            if options.target.features.cooperative_emulated {
+            // every product but the CNN's has at least 16 rows (its classifier's, a batch of
+            // 8, keeps the FMA kernel; its convolutions have their own kernels)
+            let with_tensor_cores = name != "cnn";
+            if options.target.features.cooperative_emulated && with_tensor_cores {
                 let artifact = sinter_compiler::compile(&g, &options)
                     .unwrap_or_else(|e| panic!("{name}: {e}"))
                     .artifact;
