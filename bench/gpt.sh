@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPT-2-style training steps, sinter (optimized, --no-opt, and with MIXED=1 in mixed precision on
-# tensor cores, attention chosen and flash forced) against PyTorch eager fp32 in the
-# same host session (see bench/README.md). Expects .bench/sinter-bench and the Vulkan loaders in
-# .gl/; writes one log per shape under $OUT.
+# tensor cores, attention chosen and flash forced) against PyTorch (eager fp32, eager bf16
+# autocast, torch.compile with bf16 autocast and fused AdamW) in the same host session (see
+# bench/README.md). Expects .bench/sinter-bench and the Vulkan loaders in .gl/; writes one log
+# per shape under $OUT.
 #
 #   bash bench/gpt.sh "4 256 4" "12 768 12"      # layers width heads, one shape per argument
 set -u
@@ -25,7 +26,9 @@ for shape in "$@"; do
     $B --json gpt --layers "$1" --width "$2" --heads "$3" --steps "$STEPS" --profile 2 \
       --max-binding 2147483644 $opt --out "$dir" >> "$dir/sinter.jsonl" 2>> "$log"
   done
-  python3 bench/gpt_torch.py "$dir" --steps "$STEPS" --json >> "$log" 2>&1
+  for mode in eager-fp32 eager-bf16 compile-bf16; do
+    python3 bench/gpt_torch.py "$dir" --mode "$mode" --steps "$STEPS" --json >> "$log" 2>&1
+  done
   cat "$dir/sinter.jsonl" >> "$log"
 done
-tail -n 4 "$OUT"/gpt-*.txt
+grep -h "^#" "$OUT"/gpt-*.txt | grep -E "torch|ms per step|steps on"

@@ -1209,6 +1209,8 @@ fn step_bench(b: &StepBench, args: &StepArgs, out: &Output) -> Result<(), Failur
     fields.extend([
         ("loss0", Json::Num(loss0)),
         ("loss1", Json::Num(loss1)),
+        ("loss_last", Json::Num(last)),
+        ("steps", Json::Int(u64::from(args.steps))),
         ("step_ms", Json::Num(step_ms)),
         ("gpu_ms", Json::Num(profile.gpu_ns / 1e6)),
         ("busy_ms", Json::Num(profile.busy_ns / 1e6)),
