@@ -5,7 +5,8 @@
 //! differentiates `loss · amp.scale` instead, and its results are multiplied by `1 / amp.scale`
 //! before anything reads them (clipping, accumulation, the optimizer). One check per step,
 //! `amp.finite = eq(t, t)` with `t = Σ_g sum(g · 0)` (NaN exactly when some gradient element is
-//! NaN or ±inf), then guards every update of the step:
+//! NaN or ±inf; each sum taken over rows first, so that it spreads over workgroups), then guards
+//! every update of the step:
 //!
 //! - each `assign` that belongs to the update (its source computed from a gradient or an
 //!   optimizer, or its state read by one: params, moments, `train.step`, accumulation sums and
@@ -125,7 +126,14 @@ fn finite_check(g: &mut Graph, grads: &[ValueId]) -> Result<ValueId, GraphError>
     let zero = g.constant(0.0)?;
     let mut total: Option<ValueId> = None;
     for &grad in grads {
-        let zeroed = g.add(Op::Mul, &[grad, zero], Attrs::new())?;
+        let mut zeroed = g.add(Op::Mul, &[grad, zero], Attrs::new())?;
+        let rank = g.ty(zeroed).shape.len();
+        if rank >= 2 {
+            // rows first: a whole-tensor sum is one workgroup's loop, a sum over the last axis
+            // one workgroup per row
+            let last = Attrs::new().and(sinter_ir::key::AXES, vec![rank - 1]);
+            zeroed = g.add(Op::Sum, &[zeroed], last)?;
+        }
         let mut sum = g.add(Op::Sum, &[zeroed], Attrs::new())?;
         if g.ty(sum).dtype != DType::F32 {
             sum = g.add(

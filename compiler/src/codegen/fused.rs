@@ -260,7 +260,22 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                     // (`x > x` is false) would otherwise see a literal 0 and fold what divides
                     // by it.
                     let (zero, one) = (self.constant(0.0), self.constant(1.0));
-                    return format!("select({zero}, {one}, {})", scalar(*op, &a));
+                    let mut holds = scalar(*op, &a);
+                    let may_be_nan = |i: u32| match self.p.insts[i as usize] {
+                        Inst::Coord(_) => false,
+                        Inst::Const(bits) => f32::from_bits(bits).is_nan(),
+                        _ => self.dtypes[i as usize] != DType::I32,
+                    };
+                    if may_be_nan(args[0]) || may_be_nan(args[1]) {
+                        // A comparison with NaN is false (IR.md) on the bit pattern: drivers
+                        // that assume no NaN fold `t == t` to true, which the gradient
+                        // scaler's finite check (`loss_scale.rs`) is.
+                        holds = format!(
+                            "({holds}) && !(is_nan_f32({}) || is_nan_f32({}))",
+                            a[0], a[1]
+                        );
+                    }
+                    return format!("select({zero}, {one}, {holds})");
                 }
                 let mut a = a;
                 if matches!(op, Op::Add | Op::Sub) && self.cancels(args[0], args[1], *op) {

@@ -59,11 +59,13 @@ const HELPERS: &[Helper] = &[
         uses: &["is_nan_f32"],
         wgsl: "fn min_nan(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, is_nan_f32(a) || is_nan_f32(b)); }\n",
     },
-    // relu as `x < 0 ? 0 : x`: NaN and -0.0 pass through.
+    // relu as `x < 0 ? 0 : x`: NaN and -0.0 pass through. The test is on the bits (a negative
+    // number other than -0.0 and NaN): NVIDIA's driver turns `select(x, 0.0, x < 0.0)` into a
+    // `max`, which drops both.
     Helper {
         name: "relu_nan",
         uses: &[],
-        wgsl: "fn relu_nan(x: f32) -> f32 { return select(x, 0.0, x < 0.0); }\n",
+        wgsl: "fn relu_nan(x: f32) -> f32 { let b = bitcast<u32>(x); return select(x, 0.0, b > 0x80000000u && b <= 0xff800000u); }\n",
     },
     // Whether (b, bi) takes the place of (a, ai) in argmax order: a NaN beats any number, a
     // larger value beats a smaller one, and among equals (or NaNs) the smaller index wins. An
