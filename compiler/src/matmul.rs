@@ -236,8 +236,9 @@ pub const TC_PAD: u32 = 8;
 const TC_STAGING_BYTES: u32 = 40 << 10;
 
 /// Most accumulators (16 × 16 `f32` cooperative matrices) one subgroup of a tensor-core
-/// matmul holds: eight take 64 registers per invocation.
-pub const TC_MAX_ACCUMULATORS: u32 = 8;
+/// matmul holds: sixteen take 128 of the 255 registers an invocation may hold on NVIDIA's
+/// hardware, leaving room for the operand fragments and the next step's staged loads.
+pub const TC_MAX_ACCUMULATORS: u32 = 16;
 
 /// Workgroup bytes of a tensor-core matmul of tile `t`: its two padded `f16` slabs and one
 /// 16 × 16 `f32` tile per subgroup through which the epilogue reads its accumulators.
@@ -585,6 +586,16 @@ mod tests {
     /// Products of f16 operands take the tensor-core block shapes where the target has
     /// cooperative matrices (and f16), the FMA ones elsewhere; a 512-row product (a Llama
     /// step at sequence 128, batch 4) takes blocks small enough to spread over the SMs.
+    #[test]
+    fn tensor_core_tiles_hold_at_most_sixteen_accumulators_per_subgroup() {
+        // 64 x 64 per subgroup: 16 accumulators
+        let wide = Tile::parse("tc:128x256x32x64x64").expect("sixteen accumulators");
+        assert_eq!((wide.bm, wide.bn), (128, 256));
+        // 128 x 64 per subgroup: 32 (its slabs fit)
+        let e = Tile::parse("tc:256x256x16x128x64").expect_err("thirty-two accumulators");
+        assert!(e.contains("at most 16 each"), "{e}");
+    }
+
     #[test]
     fn f16_products_choose_tensor_core_shapes() {
         let h200 = Target::h200();
