@@ -583,9 +583,6 @@ mod tests {
         assert_eq!(choose(&target, shape, forced, 4, Form::Fma).0.splits, 1);
     }
 
-    /// Products of f16 operands take the tensor-core block shapes where the target has
-    /// cooperative matrices (and f16), the FMA ones elsewhere; a 512-row product (a Llama
-    /// step at sequence 128, batch 4) takes blocks small enough to spread over the SMs.
     #[test]
     fn tensor_core_tiles_hold_at_most_sixteen_accumulators_per_subgroup() {
         // 64 x 64 per subgroup: 16 accumulators
@@ -596,6 +593,9 @@ mod tests {
         assert!(e.contains("at most 16 each"), "{e}");
     }
 
+    /// Products of f16 operands take the tensor-core block shapes where the target has
+    /// cooperative matrices (and f16), the FMA ones elsewhere; a 512-row product (a Llama
+    /// step at sequence 128, batch 4) takes blocks small enough to spread over the SMs.
     #[test]
     fn f16_products_choose_tensor_core_shapes() {
         let h200 = Target::h200();
