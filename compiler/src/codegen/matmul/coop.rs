@@ -20,6 +20,11 @@
 //! scratch, and its 32 invocations apply the epilogue to eight elements each and store them,
 //! masked at the output's edges. The epilogue and the output's dtype are the FMA kernel's.
 //!
+//! **Indices.** Every arena read is clamped into the operand and every store masked, and every
+//! workgroup and register index is bounded by the tile's constants, so the kernel declares
+//! [`Emitter::indices_in_range`]: naga's clamping of each index (which the drivers do not
+//! hoist out of the cooperative loads' address arithmetic) is dropped at run time.
+//!
 //! **What naga asks for** (as in the flash kernels, `codegen/flash/coop.rs`): cooperative
 //! operations only in control flow its uniformity analysis proves uniform, so the param block
 //! is read directly ([`Emitter::cooperative_matrices`]), the K loop's trip count comes from
@@ -280,6 +285,9 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     let Tile {
         bm, bn, bk, tm, tn, ..
     } = t;
+    // every arena read is clamped and every store masked (`Operand::load`, the epilogue);
+    // every workgroup and register index is bounded by the tile's constants
+    e.indices_in_range();
     let ops = if e.emulated_cooperative() {
         Ops::Emulated
     } else {
