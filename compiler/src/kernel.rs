@@ -286,6 +286,17 @@ pub struct SliceGrad {
     pub step: usize,
 }
 
+/// `out = cumsum(x, axis, exclusive, reverse)`: a running sum along `axis` of each line of `x`
+/// (one line per position of the other axes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scan {
+    pub x: View,
+    pub out: View,
+    pub axis: usize,
+    pub exclusive: bool,
+    pub reverse: bool,
+}
+
 /// `out[i.., d] = table[ids[i..], d]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gather {
@@ -322,6 +333,8 @@ pub enum Pattern {
     AvgPool2dGrad,
     ScatterAdd,
     SliceGrad,
+    /// A prefix sum along an axis.
+    Cumsum,
     FlashForward,
     FlashBackwardDkDv,
     FlashBackwardDq,
@@ -353,6 +366,7 @@ impl Pattern {
             Pattern::AvgPool2dGrad => "avg_pool2d_grad",
             Pattern::ScatterAdd => "scatter_add",
             Pattern::SliceGrad => "slice_grad",
+            Pattern::Cumsum => "cumsum",
             Pattern::FlashForward => "flash_attention_fwd",
             Pattern::FlashBackwardDkDv => "flash_attention_bwd_dkdv",
             Pattern::FlashBackwardDq => "flash_attention_bwd_dq",
@@ -381,6 +395,7 @@ pub enum KernelPlan {
     Pool2dGrad(Pool2dGrad),
     ScatterAdd(ScatterAdd),
     SliceGrad(SliceGrad),
+    Scan(Scan),
     Flash(Box<Flash>),
     FlashScale(FlashScale),
 }
@@ -408,6 +423,7 @@ impl KernelPlan {
             KernelPlan::Flash(f) => f.spec.pattern(),
             KernelPlan::FlashScale(_) => Pattern::FlashGradientScale,
             KernelPlan::SliceGrad(_) => Pattern::SliceGrad,
+            KernelPlan::Scan(_) => Pattern::Cumsum,
         }
     }
 
@@ -465,6 +481,7 @@ impl KernelPlan {
                 [&mut s.dy, &mut s.ids, &mut s.out].into_iter().for_each(f)
             }
             KernelPlan::SliceGrad(s) => [&mut s.dy, &mut s.out].into_iter().for_each(f),
+            KernelPlan::Scan(s) => [&mut s.x, &mut s.out].into_iter().for_each(f),
             KernelPlan::Flash(k) => {
                 let k = &mut **k;
                 [&mut k.q, &mut k.k, &mut k.v]
@@ -553,6 +570,7 @@ impl KernelPlan {
             KernelPlan::Pool2dGrad(p) => ([&p.dy].into_iter().chain(&p.x).collect(), vec![&p.out]),
             KernelPlan::ScatterAdd(s) => (vec![&s.dy, &s.ids], vec![&s.out]),
             KernelPlan::SliceGrad(s) => (vec![&s.dy], vec![&s.out]),
+            KernelPlan::Scan(s) => (vec![&s.x], vec![&s.out]),
             KernelPlan::Flash(k) => (k.reads(), k.outputs.iter().collect()),
             KernelPlan::FlashScale(s) => (vec![&s.d_o], vec![&s.out]),
         }

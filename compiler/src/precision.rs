@@ -61,8 +61,8 @@ fn list(op: Op) -> List {
     match op {
         Matmul | Conv2d => List::F16,
         Attention => List::F32,
-        Exp | Log | Pow | Rsqrt | Reciprocal | Sum | Mean | Logsumexp | Softmax | LogSoftmax
-        | LayerNorm | RmsNorm | GroupNorm | CrossEntropy | MseLoss => List::F32,
+        Exp | Log | Pow | Rsqrt | Reciprocal | Sum | Mean | Logsumexp | Cumsum | Softmax
+        | LogSoftmax | LayerNorm | RmsNorm | GroupNorm | CrossEntropy | MseLoss => List::F32,
         Neg | Abs | Sqrt | Square | Relu | Sigmoid | Tanh | Silu | Sin | Cos | Gelu | Add | Sub
         | Mul | Div | Maximum | Minimum | Eq | Lt | Le | Gt | Ge | Where | Concat | MaxPool2d
         | AvgPool2d => List::Promote,

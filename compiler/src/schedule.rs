@@ -631,6 +631,18 @@ impl Lowering<'_> {
                     })
                 });
             }
+            Cumsum => {
+                let x = self.view(node.inputs[0])?;
+                self.write_new(out, label, |out| {
+                    KernelPlan::Scan(crate::kernel::Scan {
+                        x,
+                        out,
+                        axis: node.attr(key::AXIS),
+                        exclusive: node.attr(key::EXCLUSIVE),
+                        reverse: node.attr(key::REVERSE),
+                    })
+                });
+            }
             Mean | Logsumexp | Softmax | LogSoftmax | LayerNorm | RmsNorm | GroupNorm
             | CrossEntropy | MseLoss | Sgd | Adam | AdamW | Attention => {
                 return Err(CompileError::Internal(format!(

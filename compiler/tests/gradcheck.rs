@@ -344,6 +344,29 @@ fn softmax_and_log_softmax() {
     }
 }
 
+/// Every form of the prefix sum along each axis, and one of its gradient (a `cumsum` itself),
+/// differentiated twice through `tanh` so the second derivative is checked too.
+#[test]
+fn cumsum_every_form() {
+    for axis in ["0", "1", "-1"] {
+        for exclusive in ["false", "true"] {
+            for reverse in ["false", "true"] {
+                let expr =
+                    format!("cumsum(x, axis={axis}, exclusive={exclusive}, reverse={reverse})");
+                case(scalar_loss(
+                    "  input x: f32[3, 4, 2]",
+                    &expr,
+                    "3, 4, 2",
+                    "x",
+                ))
+                .check();
+            }
+        }
+    }
+    let expr = "cumsum(tanh(cumsum(x, axis=1, reverse=true)), axis=1, exclusive=true)";
+    case(scalar_loss("  input x: f32[2, 5]", expr, "2, 5", "x")).check();
+}
+
 // ---------------------------------------------------------------- shape and layout
 
 #[test]

@@ -479,6 +479,8 @@ pub mod key {
     pub const AXES: Key<Indices> = Key::new("axes", ints(0));
     pub const KEEPDIM: Key<Bool> = Key::new("keepdim", AttrKind::Bool);
     pub const LAST: Key<Bool> = Key::new("last", AttrKind::Bool);
+    pub const EXCLUSIVE: Key<Bool> = Key::new("exclusive", AttrKind::Bool);
+    pub const REVERSE: Key<Bool> = Key::new("reverse", AttrKind::Bool);
     pub const AXIS: Key<Index> = Key::new("axis", AttrKind::Int);
     pub const SHAPE: Key<Indices> = Key::new("shape", ints(0));
     pub const PERM: Key<Indices> = Key::new("perm", ints(0));
@@ -520,6 +522,8 @@ pub mod key {
         (AXES.name, AXES.kind),
         (KEEPDIM.name, KEEPDIM.kind),
         (LAST.name, LAST.kind),
+        (EXCLUSIVE.name, EXCLUSIVE.kind),
+        (REVERSE.name, REVERSE.kind),
         (AXIS.name, AXIS.kind),
         (SHAPE.name, SHAPE.kind),
         (PERM.name, PERM.kind),

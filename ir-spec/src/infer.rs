@@ -483,6 +483,18 @@ impl Cx<'_> {
                 let keepdim = self.attrs.of(key::KEEPDIM);
                 one(TensorType::i32(reduced_shape(&shape, &[axis], keepdim)))
             }
+            Cumsum => {
+                self.expect_dtype(0, DType::F32)?;
+                let t = self.input(0).clone();
+                if t.is_scalar() {
+                    return Err(operand_err(
+                        0,
+                        format!("`cumsum` needs at least one axis, got {t}"),
+                    ));
+                }
+                self.axis_attr(key::AXIS, t.rank())?;
+                one(t)
+            }
             Reshape => self.reshape(),
             Permute => {
                 let t = self.input(0).clone();

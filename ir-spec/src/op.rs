@@ -50,6 +50,8 @@ pub enum Op {
     Min,
     Logsumexp,
     Argmax,
+    // scans
+    Cumsum,
     // shape and layout
     Reshape,
     Permute,
@@ -104,6 +106,8 @@ pub enum OpClass {
     Select,
     Reduce,
     ArgReduce,
+    /// Prefix scans along an axis.
+    Scan,
     View,
     Layout,
     Matmul,
@@ -419,6 +423,11 @@ pub static OPS: &[OpSpec] = &[
                  attr(key::KEEPDIM, AttrDefault::Bool(false)),
                  attr(key::LAST, AttrDefault::Bool(false))],
         summary: "index (i32) of the first maximum along axis (the last with last=true)" },
+    OpSpec { op: Op::Cumsum, name: "cumsum", class: OpClass::Scan, operands: X,
+        attrs: &[attr(key::AXIS, AttrDefault::Required),
+                 attr(key::EXCLUSIVE, AttrDefault::Bool(false)),
+                 attr(key::REVERSE, AttrDefault::Bool(false))],
+        summary: "running sum along axis (exclusive: of the elements before; reverse: from the end)" },
     OpSpec { op: Op::Reshape, name: "reshape", class: OpClass::View, operands: X,
         attrs: &[attr(key::SHAPE, AttrDefault::Required)],
         summary: "same elements in C order, new shape; one entry may be -1" },

@@ -1,4 +1,4 @@
-//! Reductions, `argmax`, `softmax` and `log_softmax` against hand values and naive loops.
+//! Reductions, `argmax`, `cumsum`, `softmax` and `log_softmax` against hand values and naive loops.
 
 mod interp_common;
 
@@ -136,6 +136,72 @@ fn argmax_first_maximum() {
         })
         .collect();
     check(Op::Argmax, axis(1), &x, &i(&[5, 3], &want));
+}
+
+fn cumsum(a: i64, exclusive: bool, reverse: bool) -> Attrs {
+    axis(a)
+        .with("exclusive", Attr::Bool(exclusive))
+        .with("reverse", Attr::Bool(reverse))
+}
+
+#[test]
+fn cumsum_hand_values() {
+    let x = f(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let c = |a, e, r, want: &[f64]| check(Op::Cumsum, cumsum(a, e, r), &x, &f(&[2, 3], want));
+    c(1, false, false, &[1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
+    c(-1, true, false, &[0.0, 1.0, 3.0, 0.0, 4.0, 9.0]);
+    c(1, false, true, &[6.0, 5.0, 3.0, 15.0, 11.0, 6.0]);
+    c(1, true, true, &[5.0, 3.0, 0.0, 11.0, 6.0, 0.0]);
+    c(0, false, false, &[1.0, 2.0, 3.0, 5.0, 7.0, 9.0]);
+    c(-2, true, true, &[4.0, 5.0, 6.0, 0.0, 0.0, 0.0]);
+    // defaults: inclusive, forward
+    check(
+        Op::Cumsum,
+        axis(1),
+        &x,
+        &f(&[2, 3], &[1.0, 3.0, 6.0, 4.0, 9.0, 15.0]),
+    );
+    // NaN and infinities propagate as through `+`; the first sum keeps `-0`
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    let s = f(&[5], &[-0.0, 1.0, inf, -inf, nan]);
+    let got = run1(Op::Cumsum, axis(0), std::slice::from_ref(&s));
+    assert!(got.data[0] == 0.0 && got.data[0].is_sign_negative());
+    assert_eq!(got.data[1..3], [1.0, inf]);
+    assert!(got.data[3].is_nan() && got.data[4].is_nan());
+    let got = run1(Op::Cumsum, cumsum(0, true, true), std::slice::from_ref(&s));
+    assert!(got.data[..4].iter().all(|v| v.is_nan()));
+    assert_eq!(got.data[4], 0.0);
+}
+
+/// Every `cumsum` form against the sum of the elements it names, on random values.
+#[test]
+fn cumsum_naive_sums() {
+    let mut rng = Rng::new(11);
+    let x = rng.tensor(&[3, 5, 4]);
+    for exclusive in [false, true] {
+        for reverse in [false, true] {
+            let want: Vec<f64> = (0..x.data.len())
+                .map(|k| {
+                    let (a, b, c) = (k / 20, (k / 4) % 5, k % 4);
+                    (0..5)
+                        .filter(|&j| match (exclusive, reverse) {
+                            (false, false) => j <= b,
+                            (true, false) => j < b,
+                            (false, true) => j >= b,
+                            (true, true) => j > b,
+                        })
+                        .map(|j| x.data[(a * 5 + j) * 4 + c])
+                        .sum()
+                })
+                .collect();
+            check(
+                Op::Cumsum,
+                cumsum(1, exclusive, reverse),
+                &x,
+                &f(&[3, 5, 4], &want),
+            );
+        }
+    }
 }
 
 #[test]

@@ -315,6 +315,15 @@ impl RandomGraph {
             self.node(Op::Argmax, &[x], Attrs::new().with("axis", Attr::Int(a)));
             return;
         }
+        if self.rng.chance(15) && rank > 0 {
+            let a = self.axis(rank);
+            let attrs = Attrs::new()
+                .with("axis", Attr::Int(a))
+                .with("exclusive", Attr::Bool(self.rng.chance(50)))
+                .with("reverse", Attr::Bool(self.rng.chance(50)));
+            self.node(Op::Cumsum, &[x], attrs);
+            return;
+        }
         let op = self.rng.pick(REDUCE);
         self.node(op, &[x], attrs);
     }

@@ -176,6 +176,39 @@ fn argmax_ties_on_long_rows() {
     }
 }
 
+/// `cumsum` carries NaN and infinities on as `+` does: a NaN poisons every later sum, `+inf`
+/// and `-inf` in one prefix give NaN; the first inclusive sum keeps `-0`. Random values
+/// around the specials, every form, along both axes.
+#[test]
+fn cumsum_propagates_special_values() {
+    let (rows, cols) = (6, 9);
+    let mut x: Vec<f64> = (0..rows * cols)
+        .map(|i| ((i * 37 % 23) as f64 - 11.0) * 0.25)
+        .collect();
+    for (at, v) in [
+        (2, NAN),
+        (10, INF),
+        (14, -INF),
+        (21, INF),
+        (25, -INF),
+        (30, -0.0),
+        (40, NAN),
+    ] {
+        x[at] = v;
+    }
+    x[45] = 1e30;
+    x[47] = -1e30;
+    for exclusive in [false, true] {
+        for reverse in [false, true] {
+            let f = format!("exclusive={exclusive}, reverse={reverse}");
+            let src = format!(
+                "graph t {{\n  input x: f32[{rows}, {cols}]\n  y = cumsum(x, axis=1, {f})\n  z = cumsum(x, axis=0, {f})\n  output y, z\n}}\n"
+            );
+            check(&src, &[("x", f32s(&[rows, cols], &x))], 1e-6);
+        }
+    }
+}
+
 #[test]
 fn softmax_norms_and_losses_on_special_rows() {
     let src = "graph t {

@@ -679,6 +679,58 @@ fn plans_split_over_several_arenas_under_a_low_binding_limit() {
     sinter_tests::check_graph_gpu(&graph, REDUCTION, &[], 1, &options);
 }
 
+/// `cumsum` in every form along every axis, on contiguous and strided (transposed) operands,
+/// and on lines long enough that the scan loop is unrolled to stay within the loop budget.
+#[test]
+fn cumsum_every_form_axis_and_stride() {
+    for exclusive in [false, true] {
+        for reverse in [false, true] {
+            let f = format!("exclusive={exclusive}, reverse={reverse}");
+            let src = format!(
+                "graph t {{
+  input x: f32[7, 13]
+  input z: f32[3, 1, 300]
+  a = cumsum(x, axis=0, {f})
+  b = cumsum(x, axis=-1, {f})
+  c = cumsum(transpose(x, dim0=0, dim1=1), axis=1, {f})
+  d = cumsum(z, axis=2, {f})
+  e = cumsum(z, axis=1, {f})
+  output a, b, c, d, e
+}}
+"
+            );
+            check_gpu(&src, EXACTISH * 10.0, &[], 1);
+        }
+    }
+    // 70000 > 65535: two elements per loop iteration
+    for reverse in [false, true] {
+        let src = format!(
+            "graph t {{\n  input x: f32[2, 70000]\n  y = cumsum(x, axis=1, reverse={reverse})\n  output y\n}}\n"
+        );
+        check_gpu(&src, REDUCTION, &[], 1);
+    }
+}
+
+/// A line longer than one invocation scans within the loop budget (16 elements per iteration,
+/// 65535 iterations) is refused at compile time, not cut short on lavapipe.
+#[test]
+fn cumsum_past_the_loop_budget_is_refused() {
+    let src = "graph t {\n  input x: f32[1048561]\n  y = cumsum(x, axis=0)\n  output y\n}\n";
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
+    let msg = match sinter_compiler::compile(&graph, &sinter_compiler::Options::default()) {
+        Ok(_) => panic!("a line of 1048561 elements compiles"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("cumsum") && msg.contains("1048561") && msg.contains("loop budget"),
+        "{msg}"
+    );
+    let fits = "graph t {\n  input x: f32[1048560]\n  y = cumsum(x, axis=0)\n  output y\n}\n";
+    let graph = sinter_ir::text::parse(fits).unwrap_or_else(|d| panic!("{}", d.render("t", fits)));
+    sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
+        .unwrap_or_else(|e| panic!("a line of 1048560 elements: {e}"));
+}
+
 #[test]
 fn backward_primitives() {
     let src = "graph t {
@@ -742,6 +794,10 @@ fn op_gradients() {
         ("a: f32[4, 6]", "max(a, axes=[1], keepdim=true)"),
         ("a: f32[4, 6]", "logsumexp(a, axes=[0])"),
         ("a: f32[4, 6]", "log_softmax(a, axis=0)"),
+        (
+            "a: f32[4, 6]",
+            "mul(cumsum(a, axis=1), cumsum(exp(a), axis=0, exclusive=true, reverse=true))",
+        ),
         ("a: f32[2, 3, 8]; g: f32[8]", "rms_norm(a, g)"),
         (
             "a: f32[4, 6]",

@@ -211,6 +211,13 @@ pub(super) fn backward(e: &mut Emit, s: &Site) -> Result<Vec<Option<ValueId>>> {
             one(e.mul(p, dyk)?)
         }
         Argmax => none(),
+        // each x[j] is in the sums of the elements it precedes (or follows, reversed), so
+        // dx = the same scan of dy run the other way: cumsum(dy, axis, exclusive, !reverse)
+        Cumsum => {
+            let reverse = s.attrs().of(key::REVERSE);
+            let attrs = s.attrs().clone().and(key::REVERSE, !reverse);
+            one(e.op(Cumsum, &[dy], attrs)?)
+        }
 
         // ---- shape and layout: the inverse movement of dy ----
         Reshape | Unsqueeze | Squeeze => one(e.reshape(dy, &e.shape(x[0]))?),

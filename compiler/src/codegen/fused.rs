@@ -847,6 +847,7 @@ fn scalar(op: Op, a: &[String]) -> String {
         | Op::Min
         | Op::Logsumexp
         | Op::Argmax
+        | Op::Cumsum
         | Op::Reshape
         | Op::Permute
         | Op::Transpose

@@ -19,6 +19,7 @@ pub mod flash;
 pub mod fused;
 pub mod matmul;
 pub mod numerics;
+mod scan;
 
 use std::fmt::Write;
 
@@ -104,6 +105,7 @@ pub fn emit(
         KernelPlan::Pool2dGrad(k) => backward::emit_pool_grad(&mut e, k),
         KernelPlan::ScatterAdd(k) => backward::emit_scatter_add(&mut e, k),
         KernelPlan::SliceGrad(k) => backward::emit_slice_grad(&mut e, k),
+        KernelPlan::Scan(k) => scan::emit(&mut e, k),
         KernelPlan::Flash(k) => flash::emit(&mut e, k),
         KernelPlan::FlashScale(k) => flash::coop::emit_scale(&mut e, k),
     };

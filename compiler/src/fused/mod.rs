@@ -103,12 +103,12 @@ impl Scalar {
             | Scalar::Cast(_) => 1,
             // not scalar functions (`Scalar::of` gives none for them)
             Scalar::Op(
-                Sum | Mean | Max | Min | Logsumexp | Argmax | Reshape | Permute | Transpose
-                | BroadcastTo | Unsqueeze | Squeeze | Slice | Concat | Cast | Matmul | Softmax
-                | LogSoftmax | LayerNorm | RmsNorm | GroupNorm | Conv2d | MaxPool2d | AvgPool2d
-                | Embedding | CrossEntropy | MseLoss | Conv2dGradInput | Conv2dGradWeight
-                | MaxPool2dGrad | AvgPool2dGrad | EmbeddingGrad | SliceGrad | Attention | Constant
-                | Iota | Grad | Sgd | Adam | AdamW,
+                Sum | Mean | Max | Min | Logsumexp | Argmax | Cumsum | Reshape | Permute
+                | Transpose | BroadcastTo | Unsqueeze | Squeeze | Slice | Concat | Cast | Matmul
+                | Softmax | LogSoftmax | LayerNorm | RmsNorm | GroupNorm | Conv2d | MaxPool2d
+                | AvgPool2d | Embedding | CrossEntropy | MseLoss | Conv2dGradInput
+                | Conv2dGradWeight | MaxPool2dGrad | AvgPool2dGrad | EmbeddingGrad | SliceGrad
+                | Attention | Constant | Iota | Grad | Sgd | Adam | AdamW,
             ) => 1,
         }
     }

@@ -236,6 +236,15 @@ impl Cx<'_> {
                 self.reduce(id, &node.attr(key::AXES), node.attr(key::KEEPDIM))?
             }
             Argmax => self.reduce(id, &[node.attr(key::AXIS)], node.attr(key::KEEPDIM))?,
+            Cumsum => {
+                let axis = node.attr(key::AXIS);
+                if let Some((role, _)) = lx.at(axis).next() {
+                    return Err(fail(format!(
+                        "runs a prefix sum along its {role} axis, which generation cannot follow"
+                    )));
+                }
+                lx
+            }
             Reshape => {
                 let from = self.shape(node.inputs[0]).to_vec();
                 let mut l = Layout::default();
@@ -633,14 +642,19 @@ impl Cx<'_> {
                 self.demand(node, b, cols)?;
                 self.demand(node, b, bb)?;
             }
-            Softmax | LogSoftmax | LayerNorm | RmsNorm => {
+            Softmax | LogSoftmax | LayerNorm | RmsNorm | Cumsum => {
                 let axis = match node.op {
-                    Softmax | LogSoftmax => node.attr(key::AXIS),
+                    Softmax | LogSoftmax | Cumsum => node.attr(key::AXIS),
                     _ => out_shape.len() - 1,
                 };
                 if let Some((role, _)) = want.at(axis).next() {
+                    let what = if node.op == Cumsum {
+                        "sums a prefix of"
+                    } else {
+                        "normalizes"
+                    };
                     return Err(fail(format!(
-                        "normalizes a value that does not depend on the tokens over its {role} \
+                        "{what} a value that does not depend on the tokens over its {role} \
                          axis, which generation shortens"
                     )));
                 }

@@ -123,6 +123,7 @@ impl Cx<'_> {
             Where => one(elementwise::select(self)),
             Sum | Mean | Max | Min | Logsumexp => one(reduce::reduce(self)),
             Argmax => one(reduce::argmax(self)),
+            Cumsum => one(reduce::cumsum(self)),
             Softmax | LogSoftmax => one(reduce::softmax(self)),
             Reshape | Unsqueeze | Squeeze => one(self.x(0).clone().with_type(self.out().clone())),
             Permute => one(layout::permute(self, &self.attrs.of(key::PERM))),

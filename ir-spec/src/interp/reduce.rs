@@ -79,6 +79,35 @@ pub(crate) fn argmax(cx: &Cx) -> Tensor {
     Tensor::new(cx.out().clone(), data)
 }
 
+/// `cumsum` along `axis`: each element the sum of the elements up to it (before it with
+/// `exclusive`, where the first is 0), counted from the end with `reverse`. Plain f64 additions in scan order, so NaN
+/// and infinities propagate as they do through `+`.
+pub(crate) fn cumsum(cx: &Cx) -> Tensor {
+    let x = cx.x(0);
+    let (outer, n, inner) = split_at_axis(x.shape(), cx.attrs.of(key::AXIS));
+    let (exclusive, reverse) = (cx.attrs.of(key::EXCLUSIVE), cx.attrs.of(key::REVERSE));
+    let mut data = vec![0.0; x.data.len()];
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| (o * n + i) * inner + j;
+            let mut acc = 0.0;
+            for step in 0..n {
+                let i = if reverse { n - 1 - step } else { step };
+                let v = x.data[at(i)];
+                if exclusive {
+                    data[at(i)] = acc;
+                }
+                // the first sum is the element itself, so `-0` stays `-0` as in PyTorch
+                acc = if step == 0 { v } else { acc + v };
+                if !exclusive {
+                    data[at(i)] = acc;
+                }
+            }
+        }
+    }
+    Tensor::new(cx.out().clone(), data)
+}
+
 /// `softmax` or `log_softmax` along `axis`, shifted by the row max. A row of only `-inf` gives
 /// NaN, as in PyTorch.
 pub(crate) fn softmax(cx: &Cx) -> Tensor {
