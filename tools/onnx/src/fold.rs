@@ -73,7 +73,7 @@ pub fn fold(op: &str, args: &Args) -> Result<Option<Vec<Literal>>, Problem> {
         "GatherElements" => gather_elements(args, lit(0)?, lit(1)?)?,
         "ScatterElements" => scatter_elements(args, lit(0)?, lit(1)?, lit(2)?)?,
         "ScatterND" => scatter_nd(args, lit(0)?, lit(1)?, lit(2)?)?,
-        "CumSum" => cumsum(args, lit(0)?, lit(1)?)?,
+        "CumSum" => cumsum(args, lit(0)?)?,
         "ArgMax" | "ArgMin" => arg_extreme(args, lit(0)?, op == "ArgMax")?,
         "Slice" => {
             let x = lit(0)?;
@@ -530,41 +530,29 @@ fn scatter_nd(
 }
 
 /// `CumSum` along the axis its second operand names, `exclusive` and `reverse` as ONNX defines
-/// them.
-fn cumsum(args: &Args, x: &Literal, axis: &Literal) -> Result<Literal, Problem> {
-    let raw = axis.as_ints();
-    let [raw] = raw[..] else {
-        return Err(Problem::invalid("CumSum's axis must be one value"));
-    };
-    let a = crate::ops::axis(raw, x.rank(), "axis")?;
-    let exclusive = args.attrs.int("exclusive", 0) != 0;
-    let reverse = args.attrs.int("reverse", 0) != 0;
-    let mut out = x.clone();
-    let n = x.data.len();
+/// them. The additions run in scan order and the first inclusive sum is the element itself (so
+/// `-0` stays `-0`), as in sinter's `cumsum`.
+fn cumsum(args: &Args, x: &Literal) -> Result<Literal, Problem> {
+    let form = crate::ops::cumsum_form(args, x.elem, x.rank())?;
+    let a = form.axis;
     let dim = x.shape[a];
-    for i in 0..n {
-        let idx = unravel(i, &x.shape);
-        if idx[a] != 0 {
-            continue;
-        }
-        // walk this line of the axis
-        let mut total = 0.0;
-        let order: Vec<usize> = if reverse {
-            (0..dim).rev().collect()
-        } else {
-            (0..dim).collect()
-        };
-        for j in order {
-            let mut at = idx.clone();
-            at[a] = j;
-            let k = ravel(&at, &x.shape);
-            let v = x.data[k];
-            if exclusive {
-                out.data[k] = total;
-                total += v;
-            } else {
-                total += v;
-                out.data[k] = total;
+    let inner: usize = x.shape[a + 1..].iter().product();
+    let outer: usize = x.shape[..a].iter().product();
+    let mut out = x.clone();
+    for o in 0..outer {
+        for j in 0..inner {
+            let at = |i: usize| (o * dim + i) * inner + j;
+            let mut total = 0.0;
+            for step in 0..dim {
+                let i = if form.reverse { dim - 1 - step } else { step };
+                let v = x.data[at(i)];
+                if form.exclusive {
+                    out.data[at(i)] = total;
+                }
+                total = if step == 0 { v } else { total + v };
+                if !form.exclusive {
+                    out.data[at(i)] = total;
+                }
             }
         }
     }

@@ -7,6 +7,8 @@ mod nn;
 mod reduce;
 pub mod shape;
 
+pub use reduce::{CumsumForm, cumsum_form};
+
 use sinter_ir::{Attrs, Op, ValueId};
 
 use crate::attrs::NodeAttrs;
@@ -119,7 +121,6 @@ fn unsupported_reason(op: &str) -> String {
         "ScatterND" | "ScatterElements" | "GatherND" | "GatherElements" => {
             needs_op("gather/scatter with run-time indices along any axis")
         }
-        "CumSum" => needs_op("a prefix sum"),
         "Resize" | "Upsample" | "GridSample" => needs_op("interpolation"),
         "If" | "Loop" | "Scan" | "LSTM" | "GRU" | "RNN" => {
             format!("`{op}` is control flow; a sinter graph is straight-line")
