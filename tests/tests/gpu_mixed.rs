@@ -180,3 +180,51 @@ fn an_overflowing_step_is_skipped_bit_for_bit() {
         );
     }
 }
+
+/// Under autocast a transformer's residual stream adds `f16` products in `f32`, and extraction
+/// leaves it recomputed from its terms (two per layer) inside every layer norm and every norm
+/// weight's gradient (a column sum over the tokens). The optimized step of a small GPT stores it
+/// instead: no fused reduction or row kernel reads more tensors of the stream's shape than one
+/// per layer and two (sibling reductions merged across layers, the bias gradients, read one per
+/// layer). Compiled only; the values of such steps are checked on the GPU above.
+#[test]
+fn the_mixed_gpt_step_reads_its_residual_stream_stored() {
+    use sinter_cli::gpt::{GptConfig, program};
+    use sinter_compiler::kernel::Pattern;
+    use sinter_compiler::kgraph::KernelOp;
+    let c = GptConfig {
+        layers: 6,
+        width: 64,
+        heads: 2,
+        context: 32,
+        batch: 2,
+        vocab: 128,
+    };
+    let step = autocast(&parse(&program(&c))).expect("autocasts");
+    let step = add_loss_scaling(&step, &LossScale::default()).expect("scales");
+    let step = sinter_ir::expand::expand_composites(&step);
+    let step = sinter_compiler::autodiff::differentiate(&step)
+        .expect("differentiates")
+        .graph;
+    let step = sinter_ir::decompose::decompose(&step);
+    let (kg, _) = sinter_compiler::optimize::optimize(&step, &Default::default());
+    let stream = [c.batch, c.context, c.width];
+    for node in &kg.nodes {
+        let KernelOp::Fused(p) = &node.op else {
+            continue;
+        };
+        if !matches!(p.pattern(), Pattern::Reduce | Pattern::RowMap) {
+            continue;
+        }
+        let reads = node
+            .inputs
+            .iter()
+            .filter(|&&v| kg.ty(v).shape == stream)
+            .count();
+        assert!(
+            reads <= c.layers + 2,
+            "a kernel reads {reads} tensors of the stream's shape: {}\n{kg}",
+            kg.name_of(node.outputs[0])
+        );
+    }
+}

@@ -9,11 +9,19 @@
 //! point of that space (the same instructions over the same operands, read the same way) loads
 //! it from `a`, which stores it as one more output, when that saves `b` at least two operand
 //! reads (the store costs `a` one write).
+//!
+//! Kernels match by their space's axes in memory order, not by which of them are reduced: the
+//! column sums of a layer norm's weight gradient (one row per feature) reuse the residual stream
+//! that the forward's row kernels (one row per token) compute. A reduction that stores a value
+//! of its whole space becomes a row kernel, with one more loop over the row that re-reads (from
+//! cache, the row having just been read) what the value is computed from, so it offers the
+//! value only to a reader that saves one read more than an elementwise or row kernel would.
 
 use rustc_hash::FxHashMap as HashMap;
 use sinter_ir::TensorType;
 
 use crate::fused::{Access, Axis, Inst, Level, Output, Program, Scalar};
+use crate::kernel::Pattern;
 use crate::kgraph::{KNode, KValueId, KernelGraph, KernelOp};
 
 /// Fewest operand reads a recomputing kernel must save for the value to be stored.
@@ -29,7 +37,8 @@ enum Key {
     Map(Scalar, Vec<u32>),
 }
 
-type Space = (Vec<usize>, Vec<usize>);
+/// A kernel's space: the extents of its axes above 1 in [`memory_order`].
+type Space = Vec<usize>;
 
 /// Stores the values that later fused kernels recompute (see the module docs); returns how many
 /// it stored. Each stored value becomes an output of the earliest kernel that computes it.
@@ -51,16 +60,22 @@ pub fn store_recomputed(kg: &mut KernelGraph) -> usize {
                     let key = keys_b[i]?;
                     let &(a, j) = offered.get(&key)?;
                     let saved = saved_reads(p, i)?;
-                    (a != b && saved >= MIN_SAVED_READS).then_some((saved, i, a, j, key))
+                    let least = match &kg.nodes[a].op {
+                        KernelOp::Fused(pa)
+                            if pa.pattern() == Pattern::Reduce && !stores.contains_key(&(a, j)) =>
+                        {
+                            MIN_SAVED_READS + 1
+                        }
+                        _ => MIN_SAVED_READS,
+                    };
+                    (a != b && saved >= least).then_some((saved, i, a, j, key))
                 })
                 .max_by_key(|&(saved, i, ..)| (saved, std::cmp::Reverse(i)));
             let Some((_, i, a, j, key)) = best else {
-                // `b` is final: offer what it computes at every point, if it writes every point
-                if p.reduce.is_empty() || p.pattern() == crate::kernel::Pattern::RowMap {
-                    for (i, key) in keys_b.into_iter().enumerate() {
-                        if let (Some(key), true) = (key, full[i]) {
-                            offered.entry(key).or_insert((b, i as u32));
-                        }
+                // `b` is final: offer what it computes at every point of its space
+                for (i, key) in keys_b.into_iter().enumerate() {
+                    if let (Some(key), true) = (key, full[i]) {
+                        offered.entry(key).or_insert((b, i as u32));
                     }
                 }
                 break;
@@ -92,22 +107,13 @@ struct Keys {
 
 impl Keys {
     /// Each instruction's key; `None` for values that depend on a reduction's result (those
-    /// differ between kernels whose phases differ). Keys name space axes by their place among
-    /// the axes of extent above 1, so that kernels whose spaces differ only by such axes (a
-    /// reduction that keeps its reduced axis has one) share keys.
+    /// differ between kernels whose phases differ). Keys name space axes by their place in
+    /// [`memory_order`], so that kernels whose spaces differ only by axes of extent 1 (a
+    /// reduction that keeps its reduced axis has one) or by which axes they reduce share keys.
     fn of(&mut self, p: &Program, inputs: &[KValueId]) -> Vec<Option<u32>> {
-        let wide: Vec<usize> = p.wide_axes().collect();
+        let wide = memory_order(p);
         let place = |k: usize| wide.iter().position(|&w| w == k);
-        let space: Space = (
-            wide.iter()
-                .filter(|&&k| k < p.domain.len())
-                .map(|&k| p.extent(k))
-                .collect(),
-            wide.iter()
-                .filter(|&&k| k >= p.domain.len())
-                .map(|&k| p.extent(k))
-                .collect(),
-        );
+        let space: Space = wide.iter().map(|&k| p.extent(k)).collect();
         let compact = |access: &Access| Access {
             dtype: access.dtype,
             axes: access
@@ -199,9 +205,37 @@ fn replaced(p: &Program, i: u32) -> Program {
     q
 }
 
-/// The access of a tensor holding one value per point of `p`'s space.
+/// The access of a tensor holding one value per point of `p`'s space, laid out in
+/// [`memory_order`].
 fn whole_space(p: &Program) -> Vec<Axis> {
-    p.wide_axes().map(|k| Axis::Space(k as u8)).collect()
+    memory_order(p)
+        .into_iter()
+        .map(|k| Axis::Space(k as u8))
+        .collect()
+}
+
+/// `p`'s space axes of extent above 1, ordered as the first operand that indexes each of them
+/// once lays them out in memory (outermost first), else in space order. Two kernels over the
+/// same tensors then order their axes alike whichever of them they reduce, and a stored value
+/// keeps the layout of the tensors it is computed from.
+fn memory_order(p: &Program) -> Vec<usize> {
+    let wide: Vec<usize> = p.wide_axes().collect();
+    p.operands
+        .iter()
+        .find_map(|access| {
+            let order: Vec<usize> = access
+                .axes
+                .iter()
+                .filter_map(|a| match *a {
+                    Axis::Space(k) if p.extent(k as usize) > 1 => Some(k as usize),
+                    _ => None,
+                })
+                .collect();
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            (sorted == wide).then_some(order)
+        })
+        .unwrap_or(wide)
 }
 
 /// Makes node `a` also store its instruction `j`; returns the new value.
@@ -210,7 +244,7 @@ fn store(kg: &mut KernelGraph, a: usize, j: u32) -> KValueId {
         unreachable!("a fused node")
     };
     let axes = whole_space(p);
-    let shape: Vec<usize> = p.wide_axes().map(|k| p.extent(k)).collect();
+    let shape: Vec<usize> = memory_order(p).into_iter().map(|k| p.extent(k)).collect();
     let dtype = p.dtypes()[j as usize];
     p.outputs.push(Output {
         value: j,
