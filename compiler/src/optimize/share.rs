@@ -243,8 +243,9 @@ fn store(kg: &mut KernelGraph, a: usize, j: u32) -> KValueId {
     let KernelOp::Fused(p) = &mut kg.nodes[a].op else {
         unreachable!("a fused node")
     };
-    let axes = whole_space(p);
-    let shape: Vec<usize> = memory_order(p).into_iter().map(|k| p.extent(k)).collect();
+    let order = memory_order(p);
+    let axes: Vec<Axis> = order.iter().map(|&k| Axis::Space(k as u8)).collect();
+    let shape: Vec<usize> = order.iter().map(|&k| p.extent(k)).collect();
     let dtype = p.dtypes()[j as usize];
     p.outputs.push(Output {
         value: j,
