@@ -114,6 +114,17 @@ impl Tile {
         tn: 64,
         form: Form::TensorCores,
     };
+    /// 128 × 256 blocks on tensor cores, each subgroup a 64 × 64 sub-block (4 × 4
+    /// accumulators, the most a subgroup holds): the most reuse of each staged slab, for
+    /// products with blocks enough to fill the SMs.
+    pub const TC_HUGE: Tile = Tile {
+        bm: 128,
+        bn: 256,
+        bk: 32,
+        tm: 64,
+        tn: 64,
+        form: Form::TensorCores,
+    };
     /// 64 × 128 blocks on tensor cores, each subgroup 32 × 32 (2 × 2 accumulators).
     pub const TC_WIDE: Tile = Tile {
         bm: 64,
@@ -607,6 +618,7 @@ mod tests {
         no_f16.features.f16 = false;
         assert_eq!(form(&no_f16, true, 512), Form::Fma);
         for t in [
+            Tile::TC_HUGE,
             Tile::TC_LARGE,
             Tile::TC_WIDE,
             Tile::TC_MEDIUM,
@@ -619,7 +631,7 @@ mod tests {
             let shape = Shape { batch: 1, m, n, k };
             choose(&h200, shape, Forced::default(), u64::MAX, Form::TensorCores).0
         };
-        assert_eq!(pick(4096, 4096, 4096).tile, Tile::TC_LARGE);
+        assert_eq!(pick(4096, 4096, 4096).tile, Tile::TC_HUGE);
         let small = pick(512, 576, 576).tile;
         assert_eq!(small.form, Form::TensorCores);
         assert!(

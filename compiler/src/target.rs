@@ -369,36 +369,43 @@ impl Rates {
                     tflops: 6.0,
                     split_penalty: 1.0,
                 },
-                // The tensor-core block shapes (products of f16 operands) have not been timed on
-                // the H200: these rates are a prior that only orders them (larger blocks reuse
-                // more of each staged slab), until `sinter-bench calibrate --base h200`
-                // measures them. Only products of f16 operands choose among them.
+                // The tensor-core block shapes (products of f16 operands): rates at 4096^3 from
+                // `sinter-bench calibrate --base h200 --sms 132` on an H100 (BENCHMARKS.md,
+                // "The residual stream stored, and the tensor-core block shapes calibrated"); their residency and occupancy are priors (larger
+                // blocks keep fewer per SM). Only products of f16 operands choose among them.
+                MatmulRate {
+                    tile: Tile::TC_HUGE,
+                    resident: 1,
+                    occupancy: occupancy([1.0]),
+                    tflops: 156.75,
+                    split_penalty: 1.1,
+                },
                 MatmulRate {
                     tile: Tile::TC_LARGE,
                     resident: 2,
                     occupancy: occupancy([0.7, 1.0]),
-                    tflops: 160.0,
+                    tflops: 108.8,
                     split_penalty: 1.1,
                 },
                 MatmulRate {
                     tile: Tile::TC_WIDE,
                     resident: 3,
                     occupancy: occupancy([0.6, 0.9, 1.0]),
-                    tflops: 130.0,
+                    tflops: 129.1,
                     split_penalty: 1.05,
                 },
                 MatmulRate {
                     tile: Tile::TC_MEDIUM,
                     resident: 4,
                     occupancy: occupancy([0.5, 0.8, 0.95, 1.0]),
-                    tflops: 100.0,
+                    tflops: 82.0,
                     split_penalty: 1.05,
                 },
                 MatmulRate {
                     tile: Tile::TC_SMALL,
                     resident: 6,
                     occupancy: occupancy([0.4, 0.7, 0.85, 0.95, 1.0, 1.0]),
-                    tflops: 50.0,
+                    tflops: 68.5,
                     split_penalty: 1.0,
                 },
             ],
