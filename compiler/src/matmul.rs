@@ -256,7 +256,10 @@ pub const TC_MAX_ACCUMULATORS: u32 = 16;
 pub fn tc_workgroup_bytes(t: Tile) -> u64 {
     let [bm, bn, bk] = [t.bm, t.bn, t.bk].map(u64::from);
     let pad = u64::from(TC_PAD);
-    let halves = bm * (bk + pad) + bk * (bn + pad);
+    // a slab's rows run along the axis its operand is read by (k, or m / n for a transposed
+    // view): the larger of the two orientations, so that any operand layout fits
+    let slab = |x: u64| (x * (bk + pad)).max(bk * (x + pad));
+    let halves = slab(bm) + slab(bn);
     halves * 2 + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
 }
 

@@ -7,8 +7,12 @@
 //! accumulators that stay on the tensor cores for the whole walk along K.
 //!
 //! **Staging.** Per step, a `BM × BK` slab of `a` and a `BK × BN` slab of `b` are staged in
-//! workgroup memory as `f16`, both row-major (`a` by m, `b` by k) with rows padded by
-//! [`TC_PAD`] halves against bank conflicts, zero past the edges. Each invocation moves its
+//! workgroup memory as `f16`, each with its rows along the axis its loads walk (the operand's
+//! unit stride) and padded by [`TC_PAD`] halves against bank conflicts, zero past the edges:
+//! `a` read along k is staged row-major (rows of k, loaded with `coopLoadT`), `a` read along m
+//! (a transposed view) column-major (rows of m, loaded with `coopLoad`), and likewise `b` by k
+//! or by n. So an invocation's consecutive elements land in consecutive halves of the slab,
+//! never scattered across its rows. Each invocation moves its
 //! share of the next step's slabs into registers while the current ones are multiplied (as
 //! the FMA kernel does), walking each operand's unit-stride axis across consecutive
 //! invocations, as `vec4<f16>` quads where the view's alignment allows (the FMA kernel's rule,
@@ -73,12 +77,14 @@ impl Ops {
         }
     }
 
-    /// A row-major load of an `f16` operand (`role` `A` or `B`) from `slab[at..]` with rows
-    /// `stride` apart (emulated: the offset, read where the product is taken).
-    fn load(self, role: char, slab: &str, at: &str, stride: &str) -> String {
+    /// A load of an `f16` operand (`role` `A` or `B`) from `slab[at..]`, row-major or
+    /// column-major with rows (columns) `stride` apart (emulated: the offset, read where the
+    /// product is taken, by [`Ops::helpers`]' layout).
+    fn load(self, role: char, row_major: bool, slab: &str, at: &str, stride: &str) -> String {
         match self {
             Ops::Hardware => {
-                format!("coopLoadT<coop_mat16x16<f16, {role}>>(&{slab}[{at}], {stride})")
+                let f = if row_major { "coopLoadT" } else { "coopLoad" };
+                format!("{f}<coop_mat16x16<f16, {role}>>(&{slab}[{at}], {stride})")
             }
             Ops::Emulated => at.to_string(),
         }
@@ -109,14 +115,27 @@ impl Ops {
         }
     }
 
-    /// The emulated form's functions (nothing for the hardware form).
-    fn helpers(self) -> String {
+    /// The emulated form's functions (nothing for the hardware form), reading `As` and `Bs`
+    /// row-major or column-major as `a` and `b` are staged.
+    fn helpers(self, a: &Operand, b: &Operand) -> String {
         if self == Ops::Hardware {
             return String::new();
         }
         let side = TC_SIDE;
         let terms: Vec<String> = (0..side)
-            .map(|k| format!("f32(As[a + r * SA + {k}u]) * f32(Bs[b + {k}u * SB + c])"))
+            .map(|k| {
+                let ea = if a.row_major() {
+                    format!("r * SA + {k}u")
+                } else {
+                    format!("{k}u * SA + r")
+                };
+                let eb = if b.row_major() {
+                    format!("{k}u * SB + c")
+                } else {
+                    format!("c * SB + {k}u")
+                };
+                format!("f32(As[a + {ea}]) * f32(Bs[b + {eb}])")
+            })
             .collect();
         format!(
             "fn multiply_add(a: u32, b: u32, acc: array<f32, {PER_LANE}>, lane: u32) -> array<f32, {PER_LANE}> {{
@@ -138,10 +157,10 @@ fn store_Cs(m: array<f32, {PER_LANE}>, at: u32, lane: u32) {{
 }
 
 /// One operand's staging: `x` is its other axis than k (`m` for `a`, `n` for `b`), of extent
-/// `extent` from `origin`; the slab is row-major by `x` for `a` (`x * SA + k`) and by `k` for
-/// `b` (`k * SB + x`). `walks_k`: consecutive invocations take consecutive k (k is its unit
-/// stride), else consecutive x. `count` loads (elements, or quads where `quads`) per
-/// invocation per step.
+/// `extent` from `origin`. `walks_k`: consecutive invocations take consecutive k (k is its
+/// unit stride), else consecutive x; the slab's rows run along the walked axis (`x * S + k`
+/// where it walks k, `k * S + x` where it walks x, `S` the padded row). `count` loads
+/// (elements, or quads where `quads`) per invocation per step.
 struct Operand {
     name: &'static str,
     slab: &'static str,
@@ -160,6 +179,12 @@ impl Operand {
     /// The register array's element type.
     fn register(&self) -> &'static str {
         if self.quads { "vec4<f16>" } else { "f16" }
+    }
+
+    /// Whether the staged slab is the operand's matrix row-major: `a` (M × K) staged by k,
+    /// `b` (K × N) staged by n.
+    fn row_major(&self) -> bool {
+        (self.name == "a") == self.walks_k
     }
 
     /// Opens a loop over the invocation's loads `e` (or, `unrolled`, a block binding `e` to
@@ -247,9 +272,9 @@ impl Operand {
     fn store(&self, s: &mut String, indent: &str, bk: u32, unrolled: bool) {
         let (x, name, slab) = (self.x, self.name, self.slab);
         let stride = if name == "a" { "SA" } else { "SB" };
-        // the slab index of the element at (x + dx, k + dk)
+        // the slab index of the element at (x + dx, k + dk): rows along the walked axis
         let at = |dx: &str, dk: &str| {
-            if name == "a" {
+            if self.walks_k {
                 format!("({x}{x}{dx}) * {stride} + kk{dk}")
             } else {
                 format!("(kk{dk}) * {stride} + {x}{x}{dx}")
@@ -356,13 +381,17 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         "const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;"
     )
     .unwrap();
-    let (sa, sb) = (bk + TC_PAD, bn + TC_PAD);
+    // each slab's rows along its walked axis: (rows, padded row)
+    let [(ra, sa), (rb_, sb)] = [(&a, bm), (&b, bn)].map(|(op, x)| {
+        let (rows, row) = if op.walks_k { (x, bk) } else { (bk, x) };
+        (rows, row + TC_PAD)
+    });
     // every array, and so every array's start, on a 16-byte boundary (the H200's driver
     // misplaces cooperative loads from arrays that start off one; see `codegen/flash/coop.rs`)
     debug_assert!(
         [
-            bm * sa * 2,
-            bk * sb * 2,
+            ra * sa * 2,
+            rb_ * sb * 2,
             TC_SUBGROUPS * TILE * WORD_BYTES as u32
         ]
         .iter()
@@ -370,10 +399,10 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         "{t}"
     );
     writeln!(s, "const SA: u32 = {sa}u;\nconst SB: u32 = {sb}u;").unwrap();
-    writeln!(s, "var<workgroup> As: array<f16, {}>;", bm * sa).unwrap();
-    writeln!(s, "var<workgroup> Bs: array<f16, {}>;", bk * sb).unwrap();
+    writeln!(s, "var<workgroup> As: array<f16, {}>;", ra * sa).unwrap();
+    writeln!(s, "var<workgroup> Bs: array<f16, {}>;", rb_ * sb).unwrap();
     writeln!(s, "var<workgroup> Cs: array<f32, {}>;", TC_SUBGROUPS * TILE).unwrap();
-    s.push_str(&ops.helpers());
+    s.push_str(&ops.helpers(&a, &b));
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     match ops {
         Ops::Hardware => writeln!(
@@ -432,22 +461,22 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         let k0 = step * TC_SIDE;
         writeln!(s, "        {{").unwrap();
         for i in 0..frag_rows {
-            let at = format!("(wr + {}u) * SA + {k0}u", i * TC_SIDE);
-            writeln!(
-                s,
-                "            let fa{i} = {};",
-                ops.load('A', "As", &at, "SA")
-            )
-            .unwrap();
+            let at = if a.row_major() {
+                format!("(wr + {}u) * SA + {k0}u", i * TC_SIDE)
+            } else {
+                format!("{}u + wr + {}u", k0 * sa, i * TC_SIDE)
+            };
+            let load = ops.load('A', a.row_major(), "As", &at, "SA");
+            writeln!(s, "            let fa{i} = {load};").unwrap();
         }
         for j in 0..frag_cols {
-            let at = format!("{}u + wc + {}u", k0 * sb, j * TC_SIDE);
-            writeln!(
-                s,
-                "            let fb{j} = {};",
-                ops.load('B', "Bs", &at, "SB")
-            )
-            .unwrap();
+            let at = if b.row_major() {
+                format!("{}u + wc + {}u", k0 * sb, j * TC_SIDE)
+            } else {
+                format!("(wc + {}u) * SB + {k0}u", j * TC_SIDE)
+            };
+            let load = ops.load('B', b.row_major(), "Bs", &at, "SB");
+            writeln!(s, "            let fb{j} = {load};").unwrap();
         }
         for i in 0..frag_rows {
             for j in 0..frag_cols {
@@ -510,6 +539,8 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         }
     }
     writeln!(s, "}}").unwrap();
-    // a checked tile's bytes are within TC_STAGING_BYTES
-    (s, grid, tc_workgroup_bytes(t) as u32)
+    // a checked tile's bytes, in either orientation, are within TC_STAGING_BYTES
+    let bytes = (ra * sa + rb_ * sb) * 2 + TC_SUBGROUPS * TILE * WORD_BYTES as u32;
+    debug_assert!(u64::from(bytes) <= tc_workgroup_bytes(t), "{t}");
+    (s, grid, bytes)
 }
