@@ -7,6 +7,10 @@ each backend that takes fp32:
   FlashAttention backend itself takes only fp16/bf16);
 - `torch-math`: the unfused reference (matmul, softmax, matmul, and autograd's backward).
 
+With `--dtype bf16` the operands are bf16 and the one backend is `torch-flash`, FlashAttention-2
+(`sdpa_kernel(FLASH_ATTENTION)`): what a PyTorch user's autocast training step runs, the
+reference for sinter's `flash-tc` policy.
+
     python3 bench/attention_torch.py --seq 512,1024,2048,4096 --batch 4 --heads 12 --head-dim 64 \
         [--causal] [--repeats 10] [--json]
 
@@ -40,11 +44,12 @@ def step(q, k, v, w, causal):
     o.backward(w)
 
 
-def time_backend(backend, b, h, s, d, causal, repeats):
+def time_backend(backend, b, h, s, d, causal, repeats, dtype=torch.float32):
     gen = torch.Generator(device="cuda").manual_seed(s)
     shape = (b, h, s, d)
-    q, k, v = (torch.randn(shape, device="cuda", generator=gen, requires_grad=True) for _ in range(3))
-    w = torch.randn(shape, device="cuda", generator=gen)
+    q, k, v = (torch.randn(shape, device="cuda", generator=gen, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    w = torch.randn(shape, device="cuda", generator=gen, dtype=dtype)
     with sdpa_kernel([backend]):
         for _ in range(2):
             step(q, k, v, w, causal)
@@ -85,6 +90,8 @@ def main():
     p.add_argument("--causal", action="store_true")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: time FlashAttention-2 on bf16 operands instead of the fp32 backends")
     p.add_argument("--kernels", action="store_true", help="list the memory-efficient backend's CUDA kernels")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -94,11 +101,17 @@ def main():
     print("S       backend      kernel ms  TFLOP/s  peak MiB  note", file=sys.stderr)
     for s in [int(x) for x in args.seq.split(",")]:
         flops = 3.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        for name, backend in [("torch", SDPBackend.EFFICIENT_ATTENTION), ("torch-math", SDPBackend.MATH)]:
+        if args.dtype == "bf16":
+            backends, dtype = [("torch-flash", SDPBackend.FLASH_ATTENTION)], torch.bfloat16
+        else:
+            backends = [("torch", SDPBackend.EFFICIENT_ATTENTION), ("torch-math", SDPBackend.MATH)]
+            dtype = torch.float32
+        for name, backend in backends:
             record = {"bench": "attention", "impl": name, "n": label(b, h, s, d, causal), "batch": b,
-                      "heads": h, "seq": s, "head_dim": d, "causal": causal, "torch": torch.__version__}
+                      "heads": h, "seq": s, "head_dim": d, "causal": causal, "dtype": args.dtype,
+                      "torch": torch.__version__}
             try:
-                ms, peak = time_backend(backend, b, h, s, d, causal, args.repeats)
+                ms, peak = time_backend(backend, b, h, s, d, causal, args.repeats, dtype)
             except (RuntimeError, torch.OutOfMemoryError) as e:
                 why = str(e).splitlines()[0]
                 print(f"{s:<7} {name:<12} {'-':>9}  {'-':>7}  {'-':>8}  failed: {why}", file=sys.stderr)
