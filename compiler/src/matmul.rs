@@ -253,14 +253,32 @@ pub const TC_MAX_ACCUMULATORS: u32 = 16;
 
 /// Workgroup bytes of a tensor-core matmul of tile `t`: its two padded `f16` slabs and one
 /// 16 × 16 `f32` tile per subgroup through which the epilogue reads its accumulators.
+/// Whichever operand layout the kernel meets: the larger of each slab's two orientations
+/// ([`tc_slab`]).
 pub fn tc_workgroup_bytes(t: Tile) -> u64 {
-    let [bm, bn, bk] = [t.bm, t.bn, t.bk].map(u64::from);
-    let pad = u64::from(TC_PAD);
-    // a slab's rows run along the axis its operand is read by (k, or m / n for a transposed
-    // view): the larger of the two orientations, so that any operand layout fits
-    let slab = |x: u64| (x * (bk + pad)).max(bk * (x + pad));
-    let halves = slab(bm) + slab(bn);
-    halves * 2 + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
+    [false, true]
+        .into_iter()
+        .flat_map(|a| [false, true].map(|b| tc_workgroup_bytes_of(t, a, b)))
+        .max()
+        .unwrap_or_default()
+}
+
+/// Workgroup bytes of a tensor-core matmul of tile `t` whose `a` and `b` are read along k
+/// (`a_walks_k`, `b_walks_k`) or across it.
+pub fn tc_workgroup_bytes_of(t: Tile, a_walks_k: bool, b_walks_k: bool) -> u64 {
+    let halves = |x, walks_k| {
+        let (rows, row) = tc_slab(x, t.bk, walks_k);
+        rows * row
+    };
+    (halves(t.bm, a_walks_k) + halves(t.bn, b_walks_k)) * 2
+        + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
+}
+
+/// A tensor-core slab of `x` (BM or BN) by `bk` as (rows, padded row) in halves: its rows run
+/// along the axis the operand's loads walk, k or (for a transposed view) x.
+pub fn tc_slab(x: u32, bk: u32, walks_k: bool) -> (u64, u64) {
+    let (rows, row) = if walks_k { (x, bk) } else { (bk, x) };
+    (u64::from(rows), u64::from(row) + u64::from(TC_PAD))
 }
 
 impl std::fmt::Display for Tile {

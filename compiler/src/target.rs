@@ -370,9 +370,10 @@ impl Rates {
                     split_penalty: 1.0,
                 },
                 // The tensor-core block shapes (products of f16 operands): rates at 4096^3 from
-                // `sinter-bench calibrate --base h200 --sms 132` on an H100 (BENCHMARKS.md,
-                // "The residual stream stored, and the tensor-core block shapes calibrated"); their residency and occupancy are priors (larger
-                // blocks keep fewer per SM). Only products of f16 operands choose among them.
+                // `sinter-bench calibrate --base h200 --sms 132` on an H100 (BENCHMARKS.md, "The
+                // residual stream stored, and the tensor-core block shapes calibrated"); their
+                // residency and occupancy are priors (larger blocks keep fewer per SM). Only
+                // products of f16 operands choose among them.
                 MatmulRate {
                     tile: Tile::TC_HUGE,
                     resident: 1,

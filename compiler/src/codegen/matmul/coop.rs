@@ -48,7 +48,7 @@ use sinter_ir::artifact::{Storage, WORD_BYTES};
 
 use super::{Emitter, Form, Tile, WORKGROUP, bind_views, decompose, epilogue_args, quad_loads};
 use crate::kernel::Matmul;
-use crate::matmul::{TC_PAD, TC_SIDE, TC_SUBGROUPS, tc_workgroup_bytes};
+use crate::matmul::{TC_SIDE, TC_SUBGROUPS, tc_slab, tc_workgroup_bytes, tc_workgroup_bytes_of};
 
 /// Elements of one cooperative matrix.
 const TILE: u32 = TC_SIDE * TC_SIDE;
@@ -381,10 +381,11 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         "const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;"
     )
     .unwrap();
-    // each slab's rows along its walked axis: (rows, padded row)
-    let [(ra, sa), (rb_, sb)] = [(&a, bm), (&b, bn)].map(|(op, x)| {
-        let (rows, row) = if op.walks_k { (x, bk) } else { (bk, x) };
-        (rows, row + TC_PAD)
+    // each slab's rows along its walked axis: (rows, padded row), in u32 as a checked tile's
+    // bytes are
+    let [(ra, sa), (rb_, sb)] = [(bm, a.walks_k), (bn, b.walks_k)].map(|(x, walks_k)| {
+        let (rows, row) = tc_slab(x, bk, walks_k);
+        (rows as u32, row as u32)
     });
     // every array, and so every array's start, on a 16-byte boundary (the H200's driver
     // misplaces cooperative loads from arrays that start off one; see `codegen/flash/coop.rs`)
@@ -540,7 +541,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     }
     writeln!(s, "}}").unwrap();
     // a checked tile's bytes, in either orientation, are within TC_STAGING_BYTES
-    let bytes = (ra * sa + rb_ * sb) * 2 + TC_SUBGROUPS * TILE * WORD_BYTES as u32;
-    debug_assert!(u64::from(bytes) <= tc_workgroup_bytes(t), "{t}");
-    (s, grid, bytes)
+    let bytes = tc_workgroup_bytes_of(t, a.walks_k, b.walks_k);
+    debug_assert!(bytes <= tc_workgroup_bytes(t), "{t}");
+    (s, grid, bytes as u32)
 }
