@@ -8,7 +8,8 @@
 //!
 //! **Staging.** Per step, a `BM × BK` slab of `a` and a `BK × BN` slab of `b` are staged in
 //! workgroup memory as `f16`, each with its rows along the axis its loads walk (the operand's
-//! unit stride) and padded by [`TC_PAD`] halves against bank conflicts, zero past the edges:
+//! unit stride) and padded by [`TC_PAD`](crate::matmul::TC_PAD) halves against bank
+//! conflicts, zero past the edges:
 //! `a` read along k is staged row-major (rows of k, loaded with `coopLoadT`), `a` read along m
 //! (a transposed view) column-major (rows of m, loaded with `coopLoad`), and likewise `b` by k
 //! or by n. So an invocation's consecutive elements land in consecutive halves of the slab,
