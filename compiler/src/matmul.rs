@@ -54,6 +54,12 @@ pub struct Tile {
     pub tn: u32,
     #[serde(default)]
     pub form: Form,
+    /// Slabs of each operand staged in workgroup memory at once (tensor cores only; the FMA
+    /// kernel stages one): with one, each step waits for every subgroup before and after
+    /// storing the next slab; with two, the next step's slab goes to the other buffer while
+    /// the current one is read, and one barrier per step suffices.
+    #[serde(default = "Tile::one_stage")]
+    pub stages: u32,
 }
 
 impl Tile {
@@ -66,6 +72,7 @@ impl Tile {
         tm: 8,
         tn: 8,
         form: Form::Fma,
+        stages: 1,
     };
     pub const WIDE: Tile = Tile {
         bm: 64,
@@ -74,6 +81,7 @@ impl Tile {
         tm: 4,
         tn: 8,
         form: Form::Fma,
+        stages: 1,
     };
     /// [`Tile::WIDE`] with slabs twice as deep (half the barriers per product): faster wherever
     /// `b`'s unit stride is along n, slower where `b` is a transposed view (its staging walks k
@@ -86,6 +94,7 @@ impl Tile {
         tm: 4,
         tn: 8,
         form: Form::Fma,
+        stages: 1,
     };
     pub const MEDIUM: Tile = Tile {
         bm: 64,
@@ -94,6 +103,7 @@ impl Tile {
         tm: 4,
         tn: 4,
         form: Form::Fma,
+        stages: 1,
     };
     pub const SMALL: Tile = Tile {
         bm: 32,
@@ -102,6 +112,7 @@ impl Tile {
         tm: 2,
         tn: 2,
         form: Form::Fma,
+        stages: 1,
     };
 
     /// 128 × 128 blocks on tensor cores, slabs 32 deep, each subgroup a 32 × 64 sub-block
@@ -113,6 +124,7 @@ impl Tile {
         tm: 32,
         tn: 64,
         form: Form::TensorCores,
+        stages: 1,
     };
     /// 128 × 256 blocks on tensor cores, each subgroup a 64 × 64 sub-block (4 × 4
     /// accumulators, the most a subgroup holds): the most reuse of each staged slab, for
@@ -124,6 +136,7 @@ impl Tile {
         tm: 64,
         tn: 64,
         form: Form::TensorCores,
+        stages: 1,
     };
     /// 64 × 128 blocks on tensor cores, each subgroup 32 × 32 (2 × 2 accumulators).
     pub const TC_WIDE: Tile = Tile {
@@ -133,6 +146,7 @@ impl Tile {
         tm: 32,
         tn: 32,
         form: Form::TensorCores,
+        stages: 1,
     };
     /// 64 × 64 blocks on tensor cores, each subgroup 16 × 32 (1 × 2 accumulators): products
     /// of a few hundred rows (a Llama step at sequence 128 runs 512-row products).
@@ -143,6 +157,7 @@ impl Tile {
         tm: 16,
         tn: 32,
         form: Form::TensorCores,
+        stages: 1,
     };
     /// 32 × 64 blocks on tensor cores, each subgroup one 16 × 16 accumulator.
     pub const TC_SMALL: Tile = Tile {
@@ -152,10 +167,17 @@ impl Tile {
         tm: 16,
         tn: 16,
         form: Form::TensorCores,
+        stages: 1,
     };
 
+    /// [`Tile::stages`]' default.
+    fn one_stage() -> u32 {
+        1
+    }
+
     /// Parses `BMxBNxBKxTMxTN` (e.g. `128x128x16x8x8`), or `tc:BMxBNxBKxTMxTN` for the
-    /// tensor-core kernel, checking that the shape is one that kernel can run
+    /// tensor-core kernel with an optional sixth number, its stages (`tc:128x128x32x32x64x2`),
+    /// checking that the shape is one that kernel can run
     /// ([`Tile::check`]).
     pub fn parse(text: &str) -> Result<Tile, String> {
         let (form, dims) = match text.strip_prefix("tc:") {
@@ -169,10 +191,15 @@ impl Tile {
                     .map_err(|_| format!("`{p}` in `{text}` is not a number"))
             })
             .collect::<Result<_, _>>()?;
-        let [bm, bn, bk, tm, tn] = parts[..] else {
-            return Err(format!(
-                "`{text}` needs five numbers: BMxBNxBKxTMxTN (tc:BMxBNxBKxTMxTN on tensor cores)"
-            ));
+        let (bm, bn, bk, tm, tn, stages) = match (form, &parts[..]) {
+            (_, &[bm, bn, bk, tm, tn]) => (bm, bn, bk, tm, tn, 1),
+            (Form::TensorCores, &[bm, bn, bk, tm, tn, stages]) => (bm, bn, bk, tm, tn, stages),
+            _ => {
+                return Err(format!(
+                    "`{text}` needs five numbers: BMxBNxBKxTMxTN (tc:BMxBNxBKxTMxTN[xSTAGES] on \
+                     tensor cores)"
+                ));
+            }
         };
         let t = Tile {
             bm,
@@ -181,6 +208,7 @@ impl Tile {
             tm,
             tn,
             form,
+            stages,
         };
         Tile::check(t)?;
         Ok(t)
@@ -189,8 +217,8 @@ impl Tile {
     /// Whether the kernel of the tile's form can run this shape: for [`Form::Fma`], 256
     /// threads with slabs that divide evenly among them, staged in 16 KiB; for
     /// [`Form::TensorCores`], eight subgroups' sub-blocks of whole 16 × 16 tiles, slabs a
-    /// multiple of 16 deep that divide evenly among the 256 threads, staged (with the
-    /// epilogue's scratch) in [`TC_STAGING_BYTES`].
+    /// multiple of 16 deep that divide evenly among the 256 threads, one or two stages of them
+    /// staged (with the epilogue's scratch) in [`TC_STAGING_BYTES`].
     pub fn check(t: Tile) -> Result<(), String> {
         // in u64: no shape overflows the arithmetic
         let [bm, bn, bk, tm, tn] = [t.bm, t.bn, t.bk, t.tm, t.tn].map(u64::from);
@@ -199,6 +227,7 @@ impl Tile {
         let fits = match t.form {
             Form::Fma => {
                 divides
+                    && t.stages == 1
                     && (bm / tm) * (bn / tn) == threads
                     && (bm * bk) % threads == 0
                     && (bk * bn) % threads == 0
@@ -213,6 +242,7 @@ impl Tile {
                     && (bm / tm) * (bn / tn) == u64::from(TC_SUBGROUPS)
                     && (tm / side) * (tn / side) <= u64::from(TC_MAX_ACCUMULATORS)
                     && bk > 0
+                    && (1..=2).contains(&t.stages)
                     && bk.is_multiple_of(side)
                     && (bm * bk).is_multiple_of(threads)
                     && (bk * bn).is_multiple_of(threads)
@@ -227,7 +257,7 @@ impl Tile {
             (false, Form::TensorCores) => Err(format!(
                 "tile `{t}` does not give 8 subgroups whole 16 x 16 tiles (at most \
                  {TC_MAX_ACCUMULATORS} each) with slabs a multiple of 16 deep, evenly split and \
-                 staged in {} KiB",
+                 staged (1 or 2 stages) in {} KiB",
                 TC_STAGING_BYTES >> 10
             )),
         }
@@ -242,36 +272,51 @@ pub const TC_SUBGROUPS: u32 = THREADS / sinter_ir::artifact::COOPERATIVE_SUBGROU
 /// Halves that pad each row of a tensor-core kernel's staged `f16` slabs, so that a
 /// cooperative load's 8 rows of 16 bytes fall in distinct banks (see `codegen/flash/coop.rs`).
 pub const TC_PAD: u32 = 8;
-/// Most bytes of workgroup memory a tensor-core matmul declares (the H200 offers 48 KiB; the
-/// artifact records the kernels' need).
-const TC_STAGING_BYTES: u32 = 40 << 10;
+/// Most bytes of workgroup memory a tensor-core matmul declares: the 48 KiB NVIDIA's Vulkan
+/// driver offers a workgroup (the artifact records the kernels' need, and the runtime refuses
+/// an adapter that offers less).
+const TC_STAGING_BYTES: u32 = 48 << 10;
 
 /// Most accumulators (16 × 16 `f32` cooperative matrices) one subgroup of a tensor-core
 /// matmul holds: sixteen take 128 of the 255 registers an invocation may hold on NVIDIA's
 /// hardware, leaving room for the operand fragments and the next step's staged loads.
 pub const TC_MAX_ACCUMULATORS: u32 = 16;
 
-/// Workgroup bytes of a tensor-core matmul of tile `t`: its two padded `f16` slabs and one
-/// 16 × 16 `f32` tile per subgroup through which the epilogue reads its accumulators.
+/// The least workgroup memory a tensor-core matmul of tile `t` declares: its padded `f16`
+/// slabs (two, or four with two stages) and one scratch tile per subgroup for the epilogue.
 /// Whichever operand layout the kernel meets: the larger of each slab's two orientations
 /// ([`tc_slab`]).
 pub fn tc_workgroup_bytes(t: Tile) -> u64 {
     [false, true]
         .into_iter()
-        .flat_map(|a| [false, true].map(|b| tc_workgroup_bytes_of(t, a, b)))
+        .flat_map(|a| [false, true].map(|b| tc_workgroup_bytes_of(t, a, b, 1)))
         .max()
         .unwrap_or_default()
 }
 
 /// Workgroup bytes of a tensor-core matmul of tile `t` whose `a` and `b` are read along k
-/// (`a_walks_k`, `b_walks_k`) or across it.
-pub fn tc_workgroup_bytes_of(t: Tile, a_walks_k: bool, b_walks_k: bool) -> u64 {
+/// (`a_walks_k`, `b_walks_k`) or across it, with `scratch` epilogue tiles per subgroup.
+pub fn tc_workgroup_bytes_of(t: Tile, a_walks_k: bool, b_walks_k: bool, scratch: u32) -> u64 {
     let halves = |x, walks_k| {
         let (rows, row) = tc_slab(x, t.bk, walks_k);
         rows * row
     };
-    (halves(t.bm, a_walks_k) + halves(t.bn, b_walks_k)) * 2
-        + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
+    let slabs = (halves(t.bm, a_walks_k) + halves(t.bn, b_walks_k)) * 2 * u64::from(t.stages);
+    slabs + u64::from(scratch * TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
+}
+
+/// Scratch tiles (16 × 16 `f32`) per subgroup through which a tensor-core matmul's epilogue
+/// reads its accumulators: two where the subgroup holds two or more and the kernel still fits
+/// in `budget` bytes of workgroup memory (the target's), so that each pair of barriers passes
+/// two accumulators; else one.
+pub fn tc_scratch_tiles(t: Tile, a_walks_k: bool, b_walks_k: bool, budget: u32) -> u32 {
+    let accumulators = (t.tm / TC_SIDE) * (t.tn / TC_SIDE);
+    let two = tc_workgroup_bytes_of(t, a_walks_k, b_walks_k, 2);
+    if accumulators >= 2 && two <= u64::from(budget.min(TC_STAGING_BYTES)) {
+        2
+    } else {
+        1
+    }
 }
 
 /// A tensor-core slab of `x` (BM or BN) by `bk` as (rows, padded row) in halves: its rows run
@@ -290,7 +335,11 @@ impl std::fmt::Display for Tile {
             f,
             "{}x{}x{}x{}x{}",
             self.bm, self.bn, self.bk, self.tm, self.tn
-        )
+        )?;
+        if self.stages != 1 {
+            write!(f, "x{}", self.stages)?;
+        }
+        Ok(())
     }
 }
 
@@ -415,8 +464,12 @@ pub fn choose(
         kept if kept.is_empty() => vec![1],
         kept => kept,
     };
+    // the block shapes of this form whose workgroup memory the target offers
+    let offered = |t: &Tile| {
+        t.form == Form::Fma || tc_workgroup_bytes(*t) <= u64::from(target.limits.workgroup_bytes)
+    };
     let rates: Vec<MatmulRate> = (target.rates.matmul.iter())
-        .filter(|r| r.tile.form == form)
+        .filter(|r| r.tile.form == form && offered(&r.tile))
         .copied()
         .collect();
     assert!(

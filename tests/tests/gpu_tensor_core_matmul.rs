@@ -8,19 +8,43 @@
 //! the adapter has cooperative matrices, an ignored test (`--include-ignored`; the H200 run
 //! sets `SINTER_REQUIRE_TENSOR_CORES=1`, which makes skipping it fail) runs the hardware form.
 
-use sinter_compiler::matmul::{Forced, Form, Tile};
+use sinter_compiler::matmul::{Forced, Form, Tile, tc_workgroup_bytes};
 use sinter_compiler::{Options, Target};
 use sinter_ir::interp::Tensor;
 use sinter_ir::{DType, TensorType};
 use sinter_tests::check_graph_gpu;
 
-/// Every tensor-core block shape the targets list.
-const TILES: [Tile; 4] = [
+/// Tensor-core block shapes: those the h200 preset lists, and three of them with two stages
+/// (the next step's slabs stored to the other buffer while the current ones are read).
+const TILES: [Tile; 8] = [
+    Tile::TC_HUGE,
     Tile::TC_LARGE,
     Tile::TC_WIDE,
     Tile::TC_MEDIUM,
     Tile::TC_SMALL,
+    Tile {
+        stages: 2,
+        ..Tile::TC_LARGE
+    },
+    Tile {
+        stages: 2,
+        ..Tile::TC_WIDE
+    },
+    Tile {
+        stages: 2,
+        ..Tile::TC_MEDIUM
+    },
 ];
+
+/// The block shapes of [`TILES`] whose workgroup memory `target` offers (CI's software Vulkan
+/// offers 32 KiB; the larger blocks run in the hardware test).
+fn offered(target: &Target) -> Vec<Tile> {
+    let limit = u64::from(target.limits.workgroup_bytes);
+    TILES
+        .into_iter()
+        .filter(|&t| tc_workgroup_bytes(t) <= limit)
+        .collect()
+}
 
 /// Products of f16 operands: ragged edges (no extent a multiple of 16), several blocks and K
 /// steps with a partial last one, operands read along k or across it (transposed views,
@@ -166,20 +190,49 @@ fn f16_products_take_tensor_cores_where_the_target_has_them() {
         Tile::parse("tc:64x64x32x8x8").is_err(),
         "sub-blocks of whole tiles"
     );
+    let staged = Tile::parse("tc:64x64x32x16x32x2").expect("two stages");
+    assert_eq!(staged.stages, 2);
+    assert_eq!(staged.to_string(), "tc:64x64x32x16x32x2");
+    for bad in ["tc:64x64x32x16x32x3", "128x128x8x8x8x2"] {
+        let e = Tile::parse(bad).expect_err(bad);
+        assert!(e.contains(bad), "{e}");
+    }
+    // a forced block shape whose workgroup memory the target lacks is a compile-time error
+    let large = Tile {
+        stages: 2,
+        ..Tile::TC_LARGE
+    };
+    let e = sinter_compiler::compile(
+        &parse(f16),
+        &options(tensor_core_target(false), Some(large), None),
+    )
+    .expect_err("46 KiB of workgroup memory on a 32 KiB target");
+    assert!(
+        e.to_string()
+            .contains("bytes of workgroup memory, past the target's 32768"),
+        "{e}"
+    );
+    // two stages of the 128 x 256 block's slabs pass the workgroup memory
+    assert!(
+        Tile::check(Tile {
+            stages: 2,
+            ..Tile::TC_HUGE
+        })
+        .is_err()
+    );
 }
 
 /// Every case with every block shape and with split-K, in the hardware form: compiles and
 /// passes naga's validation (with cooperative matrices) on any machine.
 #[test]
 fn tensor_core_matmuls_validate() {
+    let mut target = tensor_core_target(false);
+    target.limits.workgroup_bytes = Target::h200().limits.workgroup_bytes;
     for (what, src) in cases() {
         for tile in TILES.map(Some).into_iter().chain([None]) {
             for splits in [None, Some(2)] {
-                sinter_compiler::compile(
-                    &parse(&src),
-                    &options(tensor_core_target(false), tile, splits),
-                )
-                .unwrap_or_else(|e| panic!("{what}, {tile:?}, {splits:?}: {e}"));
+                sinter_compiler::compile(&parse(&src), &options(target.clone(), tile, splits))
+                    .unwrap_or_else(|e| panic!("{what}, {tile:?}, {splits:?}: {e}"));
             }
         }
     }
@@ -190,7 +243,12 @@ fn tensor_core_matmuls_validate() {
 /// the result (the order of the f32 sums differs from the interpreter's).
 #[test]
 fn emulated_tensor_core_matmuls_match_the_interpreter() {
-    let variants = (TILES.into_iter().map(|t| (Some(t), None))).chain([(None, Some(2))]);
+    let tiles = offered(&tensor_core_target(true));
+    assert!(
+        tiles.iter().any(|t| t.stages == 2),
+        "two stages run emulated"
+    );
+    let variants = (tiles.into_iter().map(|t| (Some(t), None))).chain([(None, Some(2))]);
     let variants: Vec<_> = variants.collect();
     for (what, src) in cases() {
         let g = parse(&src);

@@ -142,7 +142,9 @@ fn matmul_tiles() {
 /// matrices): a linear layer's forward with its bias and gelu in the epilogue (`a` staged as
 /// quads along k, `w` as scalars along n), and its weight gradient (`xᵀ · dy`: `a` a
 /// transposed view, staged along m); then the same kernels in the emulated form
-/// (`cooperative_emulated`) that CI runs.
+/// (`cooperative_emulated`) that CI runs; then, on tensor cores, with a block of two
+/// accumulators per subgroup in two stages (one barrier per step, the epilogue passing both
+/// accumulators per barrier pair).
 #[test]
 fn matmul_tensor_cores() {
     let src = "graph mm {
@@ -157,17 +159,25 @@ fn matmul_tensor_cores() {
 ";
     let graph = sinter_ir::text::parse(src).expect("valid");
     let mut text = String::new();
-    for emulated in [false, true] {
+    let staged = sinter_compiler::matmul::Tile::parse("tc:64x64x32x16x32x2").expect("a tile");
+    for (emulated, tile) in [(false, None), (true, None), (false, Some(staged))] {
         let mut options = sinter_compiler::Options::default();
         options.target.features.cooperative_matrix = true;
         options.target.features.cooperative_emulated = emulated;
+        options.matmul.tile = tile;
+        if tile.is_some() {
+            // the h200's 48 KiB: room for the epilogue's second scratch tile
+            options.target.limits.workgroup_bytes =
+                sinter_compiler::Target::h200().limits.workgroup_bytes;
+        }
         let artifact = sinter_compiler::compile(&graph, &options)
             .expect("compiles")
             .artifact;
         writeln!(
             text,
-            "##### {}: requires {}",
+            "##### {}{}: requires {}",
             if emulated { "emulated" } else { "hardware" },
+            tile.map(|t| format!(", tile {t}")).unwrap_or_default(),
             artifact.requirements.features.join(", ")
         )
         .unwrap();
@@ -304,6 +314,8 @@ fn tensor_core_kernels(d: usize) -> String {
         ..Default::default()
     };
     options.target.features.cooperative_matrix = true;
+    // the tensor-core flash kernels stage more than the portable target's 32 KiB
+    options.target.limits.workgroup_bytes = sinter_compiler::Target::h200().limits.workgroup_bytes;
     options.flash.tensor_cores = true;
     let artifact = sinter_compiler::compile(&graph, &options)
         .expect("compiles")

@@ -92,6 +92,7 @@ pub fn emit(
         indices_in_range: false,
         cooperative: false,
         emulated_cooperative: target.features.cooperative_emulated,
+        workgroup_bytes: target.limits.workgroup_bytes,
     };
     let (body, workgroups, shared) = match plan {
         KernelPlan::Fused(k) => fused::emit(&mut e, k),
@@ -139,6 +140,8 @@ pub struct Emitter<'m> {
     /// Whether cooperative matrices are written out in plain WGSL
     /// ([`crate::target::Features::cooperative_emulated`]).
     emulated_cooperative: bool,
+    /// The target's workgroup memory ([`crate::target::Limits::workgroup_bytes`]).
+    workgroup_bytes: u32,
 }
 
 impl Emitter<'_> {
@@ -270,6 +273,12 @@ impl Emitter<'_> {
         self.emulated_cooperative
     }
 
+    /// Bytes of workgroup memory the target offers a kernel, for kernels whose staging can use
+    /// more where it is offered.
+    pub fn workgroup_bytes(&self) -> u32 {
+        self.workgroup_bytes
+    }
+
     /// Absolute element offset of `offset` elements into `buffer`, as a param read.
     /// The word is recorded as an address (`Dispatch::address_words`), which the runtime checks
     /// against the size of the arena it indexes.
@@ -289,6 +298,16 @@ impl Emitter<'_> {
     ) -> Result<KernelSource, crate::CompileError> {
         if let Some((kernel, what)) = self.refused {
             return Err(crate::CompileError::KernelLimit { kernel, what });
+        }
+        if workgroup_storage_bytes > self.workgroup_bytes {
+            return Err(crate::CompileError::KernelLimit {
+                kernel: "workgroup memory",
+                what: format!(
+                    "the {pattern} kernel declares {workgroup_storage_bytes} bytes of workgroup \
+                     memory, past the target's {} (a smaller block shape fits)",
+                    self.workgroup_bytes
+                ),
+            });
         }
         if let Some(value) = self.too_large {
             return Err(crate::CompileError::KernelLimit {

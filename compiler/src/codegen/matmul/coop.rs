@@ -18,12 +18,17 @@
 //! the FMA kernel does), walking each operand's unit-stride axis across consecutive
 //! invocations, as `vec4<f16>` quads where the view's alignment allows (the FMA kernel's rule,
 //! [`super::quad_loads`]). An arena that holds `f16` values in words is read as `f32` and
-//! converted, exactly.
+//! converted, exactly. With one stage ([`Tile::stages`]) the registers go to the slabs between
+//! two barriers (after every subgroup has read the current slabs, before any reads the next);
+//! with two, step `t` reads the stage `t % 2` and stores the next step's slabs to the other,
+//! which the previous step read before the barrier that ended it: one barrier per step.
 //!
 //! **Epilogue.** A cooperative matrix's elements cannot be addressed, so each accumulator
-//! leaves through workgroup memory: every subgroup stores one 16 × 16 tile to its own `f32`
-//! scratch, and its 32 invocations apply the epilogue to eight elements each and store them,
-//! masked at the output's edges. The epilogue and the output's dtype are the FMA kernel's.
+//! leaves through workgroup memory: every subgroup stores 16 × 16 tiles to its own `f32`
+//! scratch (two at a time where the target's workgroup memory holds them,
+//! [`tc_scratch_tiles`]), and its 32 invocations apply the epilogue to eight elements of each
+//! and store them, masked at the output's edges; a barrier after the stores and one after the
+//! reads. The epilogue and the output's dtype are the FMA kernel's.
 //!
 //! **Indices.** Every arena read is clamped into the operand and every store masked, and every
 //! workgroup and register index is bounded by the tile's constants, so the kernel declares
@@ -49,7 +54,9 @@ use sinter_ir::artifact::{Storage, WORD_BYTES};
 
 use super::{Emitter, Form, Tile, WORKGROUP, bind_views, decompose, epilogue_args, quad_loads};
 use crate::kernel::Matmul;
-use crate::matmul::{TC_SIDE, TC_SUBGROUPS, tc_slab, tc_workgroup_bytes, tc_workgroup_bytes_of};
+use crate::matmul::{
+    TC_SIDE, TC_SUBGROUPS, tc_scratch_tiles, tc_slab, tc_workgroup_bytes, tc_workgroup_bytes_of,
+};
 
 /// Elements of one cooperative matrix.
 const TILE: u32 = TC_SIDE * TC_SIDE;
@@ -269,16 +276,17 @@ impl Operand {
         }
     }
 
-    /// Stores the registers into the slab.
-    fn store(&self, s: &mut String, indent: &str, bk: u32, unrolled: bool) {
+    /// Stores the registers into the slab of the stage that starts at `stage` (an offset in
+    /// halves).
+    fn store(&self, s: &mut String, indent: &str, stage: &str, bk: u32, unrolled: bool) {
         let (x, name, slab) = (self.x, self.name, self.slab);
         let stride = if name == "a" { "SA" } else { "SB" };
         // the slab index of the element at (x + dx, k + dk): rows along the walked axis
         let at = |dx: &str, dk: &str| {
             if self.walks_k {
-                format!("({x}{x}{dx}) * {stride} + kk{dk}")
+                format!("{stage}({x}{x}{dx}) * {stride} + kk{dk}")
             } else {
-                format!("(kk{dk}) * {stride} + {x}{x}{dx}")
+                format!("{stage}(kk{dk}) * {stride} + {x}{x}{dx}")
             }
         };
         for copy in self.copies(unrolled) {
@@ -382,6 +390,9 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         "const BM: u32 = {bm}u;\nconst BN: u32 = {bn}u;\nconst BK: u32 = {bk}u;\nconst TM: u32 = {tm}u;\nconst TN: u32 = {tn}u;"
     )
     .unwrap();
+    // with two stages, step t reads the slabs at `(t % 2) * A_STAGE` and `(t % 2) * B_STAGE`
+    let stages = t.stages;
+    let scratch = tc_scratch_tiles(t, a.walks_k, b.walks_k, e.workgroup_bytes());
     // each slab's rows along its walked axis: (rows, padded row), in u32 as a checked tile's
     // bytes are
     let [(ra, sa), (rb_, sb)] = [(bm, a.walks_k), (bn, b.walks_k)].map(|(x, walks_k)| {
@@ -394,16 +405,30 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         [
             ra * sa * 2,
             rb_ * sb * 2,
-            TC_SUBGROUPS * TILE * WORD_BYTES as u32
+            TC_SUBGROUPS * scratch * TILE * WORD_BYTES as u32
         ]
         .iter()
         .all(|b| b.is_multiple_of(16)),
         "{t}"
     );
     writeln!(s, "const SA: u32 = {sa}u;\nconst SB: u32 = {sb}u;").unwrap();
-    writeln!(s, "var<workgroup> As: array<f16, {}>;", ra * sa).unwrap();
-    writeln!(s, "var<workgroup> Bs: array<f16, {}>;", rb_ * sb).unwrap();
-    writeln!(s, "var<workgroup> Cs: array<f32, {}>;", TC_SUBGROUPS * TILE).unwrap();
+    if stages > 1 {
+        writeln!(
+            s,
+            "const A_STAGE: u32 = {}u;\nconst B_STAGE: u32 = {}u;",
+            ra * sa,
+            rb_ * sb
+        )
+        .unwrap();
+    }
+    writeln!(s, "var<workgroup> As: array<f16, {}>;", stages * ra * sa).unwrap();
+    writeln!(s, "var<workgroup> Bs: array<f16, {}>;", stages * rb_ * sb).unwrap();
+    writeln!(
+        s,
+        "var<workgroup> Cs: array<f32, {}>;",
+        TC_SUBGROUPS * scratch * TILE
+    )
+    .unwrap();
     s.push_str(&ops.helpers(&a, &b));
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     match ops {
@@ -445,7 +470,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         op.load(&mut s, "    ", "0u", bk, unrolled);
     }
     for op in [&a, &b] {
-        op.store(&mut s, "    ", bk, unrolled);
+        op.store(&mut s, "    ", "", bk, unrolled);
     }
     writeln!(s, "    workgroupBarrier();").unwrap();
     writeln!(s, "    let steps = (K + BK - 1u) / BK;").unwrap();
@@ -459,23 +484,34 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         op.load(&mut s, "            ", "(t + 1u) * BK", bk, unrolled);
     }
     writeln!(s, "        }}").unwrap();
+    // the stage this step reads, and (two stages) the one the next step's slabs go to
+    let (read_a, read_b) = if stages > 1 {
+        writeln!(
+            s,
+            "        let ao = (t % 2u) * A_STAGE;\n        let bo = (t % 2u) * B_STAGE;"
+        )
+        .unwrap();
+        ("ao + ", "bo + ")
+    } else {
+        ("", "")
+    };
     for step in 0..substeps {
         let k0 = step * TC_SIDE;
         writeln!(s, "        {{").unwrap();
         for i in 0..frag_rows {
             let at = if a.row_major() {
-                format!("(wr + {}u) * SA + {k0}u", i * TC_SIDE)
+                format!("{read_a}(wr + {}u) * SA + {k0}u", i * TC_SIDE)
             } else {
-                format!("{}u + wr + {}u", k0 * sa, i * TC_SIDE)
+                format!("{read_a}{}u + wr + {}u", k0 * sa, i * TC_SIDE)
             };
             let load = ops.load('A', a.row_major(), "As", &at, "SA");
             writeln!(s, "            let fa{i} = {load};").unwrap();
         }
         for j in 0..frag_cols {
             let at = if b.row_major() {
-                format!("{}u + wc + {}u", k0 * sb, j * TC_SIDE)
+                format!("{read_b}{}u + wc + {}u", k0 * sb, j * TC_SIDE)
             } else {
-                format!("(wc + {}u) * SB + {k0}u", j * TC_SIDE)
+                format!("{read_b}(wc + {}u) * SB + {k0}u", j * TC_SIDE)
             };
             let load = ops.load('B', b.row_major(), "Bs", &at, "SB");
             writeln!(s, "            let fb{j} = {load};").unwrap();
@@ -493,11 +529,20 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         }
         writeln!(s, "        }}").unwrap();
     }
-    writeln!(s, "        workgroupBarrier();\n        if (more) {{").unwrap();
-    for op in [&a, &b] {
-        op.store(&mut s, "            ", bk, unrolled);
+    if stages > 1 {
+        // the other stage was last read by the previous step, before the barrier that ended it
+        writeln!(s, "        if (more) {{").unwrap();
+        for (op, stage) in [(&a, "(A_STAGE - ao) + "), (&b, "(B_STAGE - bo) + ")] {
+            op.store(&mut s, "            ", stage, bk, unrolled);
+        }
+        writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
+    } else {
+        writeln!(s, "        workgroupBarrier();\n        if (more) {{").unwrap();
+        for op in [&a, &b] {
+            op.store(&mut s, "            ", "", bk, unrolled);
+        }
+        writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
     }
-    writeln!(s, "        }}\n        workgroupBarrier();\n    }}").unwrap();
 
     // each accumulator through the subgroup's scratch tile, eight elements per invocation
     let (out_dtype, out_storage) = (k.out_dtype, e.storage(k.out.buffer));
@@ -512,37 +557,53 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         out_dtype,
         out_storage,
     );
-    writeln!(s, "    let scratch = sg_id * {TILE}u;").unwrap();
-    for i in 0..frag_rows {
-        for j in 0..frag_cols {
+    // `scratch` tiles per subgroup: each barrier pair passes that many accumulators
+    writeln!(s, "    let scratch = sg_id * {}u;", scratch * TILE).unwrap();
+    let places: Vec<(u32, u32)> = (0..frag_rows)
+        .flat_map(|i| (0..frag_cols).map(move |j| (i, j)))
+        .collect();
+    for group in places.chunks(scratch as usize) {
+        for (slot, &(i, j)) in group.iter().enumerate() {
             let acc = i * frag_cols + j;
-            // a cooperative store only from a plain `let` (naga 30's SPIR-V)
+            // a cooperative store only from plain `let`s (naga 30's SPIR-V)
+            let at = match slot {
+                0 => String::new(),
+                _ => format!(" let at = scratch + {}u;", slot as u32 * TILE),
+            };
+            let to = if slot == 0 { "scratch" } else { "at" };
             writeln!(
                 s,
-                "    {{ let res = acc{acc}; {} }}\n    workgroupBarrier();",
-                ops.store("res", "scratch")
+                "    {{ let res = acc{acc};{at} {} }}",
+                ops.store("res", to)
             )
             .unwrap();
+        }
+        writeln!(s, "    workgroupBarrier();").unwrap();
+        for (slot, &(i, j)) in group.iter().enumerate() {
             writeln!(
                 s,
                 "    for (var q = 0u; q < {}u; q = q + 1u) {{
         let at = sg_lane + q * {LANES}u;
         let gm = row0 + wr + {}u + at / {TC_SIDE}u;
         let gn = col0 + wc + {}u + at % {TC_SIDE}u;
-        let c = Cs[scratch + at];
+        let c = Cs[scratch + {}at];
         if (gm < M && gn < N) {{ {put} }}
-    }}
-    workgroupBarrier();",
+    }}",
                 PER_LANE,
                 i * TC_SIDE,
-                j * TC_SIDE
+                j * TC_SIDE,
+                match slot {
+                    0 => String::new(),
+                    _ => format!("{}u + ", slot as u32 * TILE),
+                }
             )
             .unwrap();
         }
+        writeln!(s, "    workgroupBarrier();").unwrap();
     }
     writeln!(s, "}}").unwrap();
     // a checked tile's bytes, in either orientation, are within TC_STAGING_BYTES
-    let bytes = tc_workgroup_bytes_of(t, a.walks_k, b.walks_k);
-    debug_assert!(bytes <= tc_workgroup_bytes(t), "{t}");
+    let bytes = tc_workgroup_bytes_of(t, a.walks_k, b.walks_k, scratch);
+    debug_assert!(scratch > 1 || bytes <= tc_workgroup_bytes(t), "{t}");
     (s, grid, bytes as u32)
 }
