@@ -208,6 +208,17 @@ impl Target {
         }
     }
 
+    /// This target with cooperative matrices (`sinter compile --tensor-cores`) and at least the
+    /// workgroup memory the tensor-core kernels stage: the [`Target::h200`] preset's 48 KiB,
+    /// what NVIDIA's Vulkan driver offers (the artifact records each kernel's need, and the
+    /// runtime refuses an adapter that offers less).
+    pub fn with_tensor_cores(mut self) -> Target {
+        self.features.cooperative_matrix = true;
+        let wanted = Target::h200().limits.workgroup_bytes;
+        self.limits.workgroup_bytes = self.limits.workgroup_bytes.max(wanted);
+        self
+    }
+
     /// WebGPU in a browser (checked in headless Chromium's SwiftShader, GPU.md): no `f16`, no
     /// cooperative matrices, no arena bound twice in a dispatch; WebGPU's default limits.
     pub fn browser() -> Target {

@@ -735,7 +735,7 @@ fn compile_every(cases: &[Case], kinds: &[FlashKind], options: &sinter_compiler:
 /// Compile options with the flash kernels on tensor cores.
 fn tensor_core_options() -> sinter_compiler::Options {
     let mut options = sinter_compiler::Options::default();
-    options.target.features.cooperative_matrix = true;
+    options.target = options.target.with_tensor_cores();
     options.flash.tensor_cores = true;
     options
 }

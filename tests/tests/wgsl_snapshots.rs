@@ -313,9 +313,7 @@ fn tensor_core_kernels(d: usize) -> String {
         attention: sinter_compiler::optimize::AttentionPolicy::Flash,
         ..Default::default()
     };
-    options.target.features.cooperative_matrix = true;
-    // the tensor-core flash kernels stage more than the portable target's 32 KiB
-    options.target.limits.workgroup_bytes = sinter_compiler::Target::h200().limits.workgroup_bytes;
+    options.target = options.target.with_tensor_cores();
     options.flash.tensor_cores = true;
     let artifact = sinter_compiler::compile(&graph, &options)
         .expect("compiles")

@@ -76,9 +76,9 @@ pub struct TargetArgs {
     pub browser: bool,
     /// Run the flash-attention kernels' products on tensor cores (cooperative matrices of f16
     /// operands, f32 accumulation) where their head dimensions allow: faster, 11-bit operands.
-    /// Adds cooperative matrices to the target (as `--target h200` has them), so that matmuls
-    /// of f16 operands (`--precision mixed`) run on tensor cores too: the artifact then runs
-    /// only where wgpu offers them (native Vulkan).
+    /// Adds cooperative matrices to the target (as `--target h200` has them), and its 48 KiB of
+    /// workgroup memory, so that matmuls of f16 operands (`--precision mixed`) run on tensor
+    /// cores too: the artifact then runs only where wgpu offers them (native Vulkan).
     #[arg(long)]
     pub tensor_cores: bool,
 }
@@ -121,7 +121,7 @@ impl TargetArgs {
                         .into(),
                 );
             }
-            target.features.cooperative_matrix = true;
+            target = target.with_tensor_cores();
         }
         Ok(target)
     }
