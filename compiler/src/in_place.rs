@@ -94,34 +94,135 @@ pub fn update_in_place(sched: &mut Schedule) -> usize {
         }
     }
     sched.assigns = kept;
-    if aliases.is_empty() {
-        return 0;
+    let aliases: Vec<Alias> = (aliases.into_iter())
+        .map(|(from, into)| Alias {
+            from,
+            into,
+            offset: 0,
+        })
+        .collect();
+    merge_buffers(sched, &aliases, &[]);
+    aliases.len()
+}
+
+/// Writes `concat` operands straight into their parts of the result, dropping the copies that
+/// joined them ([`Schedule::concat_parts`]), where the operand is a whole temporary buffer
+/// that one other step writes, the part is a contiguous range of the result's buffer, both
+/// hold the same dtype in the same storage, and nothing reads the operand at the end of the
+/// run: the operand's buffer becomes that range (every view of it moved by the part's
+/// offset), so its writer writes the part and its readers read it there. Returns how many.
+pub fn write_parts_in_place(sched: &mut Schedule) -> usize {
+    let n = sched.buffers.len();
+    let mut writers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (s, step) in sched.steps.iter().enumerate() {
+        for b in step.plan.buffers().1 {
+            writers[b.0 as usize].push(s);
+        }
     }
-    // the aliased buffers go; the others keep their order, renumbered
-    let mut alias_of: Vec<Option<BufferId>> = vec![None; n];
-    for &(from, into) in &aliases {
-        alias_of[from.0 as usize] = Some(into);
+    let mut read_at_end = vec![false; n];
+    for o in &sched.outputs {
+        read_at_end[o.view.buffer.0 as usize] = true;
+    }
+    for (_, view) in &sched.assigns {
+        read_at_end[view.buffer.0 as usize] = true;
+    }
+    // a buffer that an alias moves, or that one receives, takes part in no other (a nested
+    // `concat`'s inner result stays where it is)
+    let mut aliased = vec![false; n];
+    let mut aliases = Vec::new();
+    let mut dropped = Vec::new();
+    for part in std::mem::take(&mut sched.concat_parts) {
+        let (from, into) = (part.source.buffer, part.part.buffer);
+        let (fb, ib) = (
+            &sched.buffers[from.0 as usize],
+            &sched.buffers[into.0 as usize],
+        );
+        let whole = part.source.offset == 0
+            && part.source.is_contiguous()
+            && part.source.numel() == fb.ty.numel();
+        let fits = from != into
+            && !aliased[from.0 as usize]
+            && !aliased[into.0 as usize]
+            && !aliases.iter().any(|a: &Alias| a.into == from)
+            && fb.kind == BufferKind::Temp
+            && ib.kind == BufferKind::Temp
+            && fb.ty.dtype == ib.ty.dtype
+            && fb.storage == ib.storage
+            && !read_at_end[from.0 as usize]
+            && whole
+            && part.part.is_contiguous()
+            && matches!(writers[from.0 as usize][..], [w] if w != part.step);
+        if fits {
+            aliased[from.0 as usize] = true;
+            // `into` may receive more parts, but moves nowhere itself
+            aliases.push(Alias {
+                from,
+                into,
+                offset: part.part.offset,
+            });
+            dropped.push(part.step);
+        }
+    }
+    merge_buffers(sched, &aliases, &dropped);
+    aliases.len()
+}
+
+/// Buffer `from` stored as the range of `into` that starts at `offset` elements.
+struct Alias {
+    from: BufferId,
+    into: BufferId,
+    offset: usize,
+}
+
+/// Makes each alias's `from` buffer its range of `into` (redirecting every view, the target's
+/// label gaining the source's name) and removes it and the `dropped` steps; the other buffers
+/// and steps keep their order, renumbered. No `into` is itself a `from`.
+fn merge_buffers(sched: &mut Schedule, aliases: &[Alias], dropped: &[usize]) {
+    if aliases.is_empty() && dropped.is_empty() {
+        return;
+    }
+    let n = sched.buffers.len();
+    let mut alias_of: Vec<Option<(BufferId, usize)>> = vec![None; n];
+    for a in aliases {
+        alias_of[a.from.0 as usize] = Some((a.into, a.offset));
         let label = format!(
             "{}, {}",
-            sched.buffers[into.0 as usize].label, sched.buffers[from.0 as usize].label
+            sched.buffers[a.into.0 as usize].label, sched.buffers[a.from.0 as usize].label
         );
-        sched.buffers[into.0 as usize].label = label;
+        sched.buffers[a.into.0 as usize].label = label;
     }
+    debug_assert!(
+        aliases
+            .iter()
+            .all(|a| alias_of[a.into.0 as usize].is_none())
+    );
     let mut number = vec![0u32; n];
     let mut next = 0;
     for (b, alias) in alias_of.iter().enumerate() {
         number[b] = next;
         next += u32::from(alias.is_none());
     }
-    let to: Vec<BufferId> = (0..n)
-        .map(|b| BufferId(number[alias_of[b].map_or(b, |t| t.0 as usize)]))
+    let to: Vec<(BufferId, usize)> = (0..n)
+        .map(|b| match alias_of[b] {
+            Some((into, offset)) => (BufferId(number[into.0 as usize]), offset),
+            None => (BufferId(number[b]), 0),
+        })
         .collect();
     let mut b = 0;
     sched.buffers.retain(|_| {
         b += 1;
         alias_of[b - 1].is_none()
     });
-    let redirect = |v: &mut View| v.buffer = to[v.buffer.0 as usize];
+    let mut s = 0;
+    sched.steps.retain(|_| {
+        s += 1;
+        !dropped.contains(&(s - 1))
+    });
+    let redirect = |v: &mut View| {
+        let (buffer, offset) = to[v.buffer.0 as usize];
+        v.buffer = buffer;
+        v.offset += offset;
+    };
     for step in &mut sched.steps {
         step.plan.views_mut(&mut |v| redirect(v));
     }
@@ -131,7 +232,6 @@ pub fn update_in_place(sched: &mut Schedule) -> usize {
     for (_, v) in &mut sched.assigns {
         redirect(v);
     }
-    aliases.len()
 }
 
 /// Whether fused kernel `k` writes buffer `source` whole, one element per point of the space

@@ -267,6 +267,7 @@ fn run_passes(
             log.start();
             let mut baseline = schedule::lower(&unoptimized, options)?;
             in_place::update_in_place(&mut baseline);
+            in_place::write_parts_in_place(&mut baseline);
             log.done(Pass::Baseline, step_counts(&baseline), || {
                 baseline.to_string()
             });
@@ -312,9 +313,13 @@ fn lower_and_plan(
     let mut sched = schedule::lower(kgraph, options)?;
     log.done(Pass::Lower, step_counts(&sched), || sched.to_string());
     let updated = in_place::update_in_place(&mut sched);
+    let parts = in_place::write_parts_in_place(&mut sched);
     log.done(
         Pass::InPlace,
-        format!("{updated} updated in place, {}", step_counts(&sched)),
+        format!(
+            "{updated} updated in place, {parts} concat parts written in place, {}",
+            step_counts(&sched)
+        ),
         || sched.to_string(),
     );
     let mem = memory::plan(&sched, options.target.limits.max_binding)?;

@@ -120,34 +120,43 @@ fn declare(rb: &mut Rebuild, config: &LossScale) -> Result<States, GraphError> {
     })
 }
 
-/// `amp.finite`: `eq(t, t)` with `t = Σ_g sum(g · 0)`, which is NaN exactly when an element of
-/// some gradient is not finite (`inf · 0` and `NaN · 0` are NaN).
+/// `amp.finite`: `eq(t, t)` with `t` the sum of every gradient's elements times 0, which is
+/// NaN exactly when an element of some gradient is not finite (`inf · 0` and `NaN · 0` are
+/// NaN). Each gradient of rank 2 or more is first summed over its last axis (one workgroup per
+/// row, where a whole-tensor sum is one workgroup's loop); the row sums of all gradients,
+/// flattened and joined by one `concat` (whose operands lowering writes straight into their
+/// parts), take one sum.
 fn finite_check(g: &mut Graph, grads: &[ValueId]) -> Result<ValueId, GraphError> {
     let zero = g.constant(0.0)?;
-    let mut total: Option<ValueId> = None;
+    let mut parts = Vec::with_capacity(grads.len());
     for &grad in grads {
         let mut zeroed = g.add(Op::Mul, &[grad, zero], Attrs::new())?;
         let rank = g.ty(zeroed).shape.len();
         if rank >= 2 {
-            // rows first: a whole-tensor sum is one workgroup's loop, a sum over the last axis
-            // one workgroup per row
             let last = Attrs::new().and(sinter_ir::key::AXES, vec![rank - 1]);
             zeroed = g.add(Op::Sum, &[zeroed], last)?;
         }
-        let mut sum = g.add(Op::Sum, &[zeroed], Attrs::new())?;
-        if g.ty(sum).dtype != DType::F32 {
-            sum = g.add(
-                Op::Cast,
-                &[sum],
-                Attrs::new().and(sinter_ir::key::DTYPE, DType::F32),
-            )?;
+        if g.ty(zeroed).dtype != DType::F32 {
+            let f32 = Attrs::new().and(sinter_ir::key::DTYPE, DType::F32);
+            zeroed = g.add(Op::Cast, &[zeroed], f32)?;
         }
-        total = Some(match total {
-            Some(t) => g.add(Op::Add, &[t, sum], Attrs::new())?,
-            None => sum,
-        });
+        let numel = g.ty(zeroed).numel();
+        if g.ty(zeroed).shape != [numel] {
+            let flat = Attrs::new().and(sinter_ir::key::SHAPE, vec![numel]);
+            zeroed = g.add(Op::Reshape, &[zeroed], flat)?;
+        }
+        parts.push(zeroed);
     }
-    let total = total.expect("a grad node has results");
+    assert!(!parts.is_empty(), "a grad node has results");
+    let joined = match parts[..] {
+        [one] => one,
+        _ => g.add(
+            Op::Concat,
+            &parts,
+            Attrs::new().and(sinter_ir::key::AXIS, 0usize),
+        )?,
+    };
+    let total = g.add(Op::Sum, &[joined], Attrs::new())?;
     g.add_node(
         Op::Eq,
         &[total, total],

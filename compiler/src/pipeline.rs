@@ -126,7 +126,10 @@ impl Pass {
             Pass::MergeFlashBackward => "an attention's dQ and dK/dV kernels made one (optimizer)",
             Pass::StoreRecomputed => "values a later kernel recomputes stored (optimizer)",
             Pass::Lower => "kernel steps over views of planned buffers",
-            Pass::InPlace => "param and state updates written over their targets",
+            Pass::InPlace => {
+                "param and state updates written over their targets; concat operands written \
+                 into their parts"
+            }
             Pass::Baseline => "the unoptimized graph lowered, for before/after counts",
             Pass::Memory => "arena offsets by liveness",
             Pass::Codegen => "WGSL per kernel, validated by naga; the artifact",

@@ -79,6 +79,17 @@ pub struct Schedule {
     pub assigns: Vec<(KValueId, View)>,
     /// Params and states whose assign a step does by writing over them ([`crate::in_place`]).
     pub updated_in_place: Vec<KValueId>,
+    /// The copies that join a `concat`'s operands: per copy, its step, the operand's view and
+    /// the part of the result it fills ([`crate::in_place::write_parts_in_place`]).
+    pub concat_parts: Vec<ConcatPart>,
+}
+
+/// A copy of one `concat` operand into its part of the result.
+#[derive(Clone, Debug)]
+pub struct ConcatPart {
+    pub step: usize,
+    pub source: View,
+    pub part: View,
 }
 
 /// Refuses an f16 tensor at the program's interface (read or written by the caller, in the
@@ -548,12 +559,16 @@ impl Lowering<'_> {
                         let seen = part.reshape(&src.shape)?;
                         Some((src.clone(), seen, format!("{reshape}; {label}")))
                     });
-                    if let Some((src, seen, both)) = direct {
-                        self.copy(&src, out_ty.dtype, &seen, both);
-                        continue;
-                    }
-                    let xv = self.view(x)?;
-                    self.copy(&xv, out_ty.dtype, &part, label.clone());
+                    let (source, seen, copy_label) = match direct {
+                        Some(direct) => direct,
+                        None => (self.view(x)?, part.clone(), label.clone()),
+                    };
+                    self.sched.concat_parts.push(ConcatPart {
+                        step: self.sched.steps.len(),
+                        source: source.clone(),
+                        part,
+                    });
+                    self.copy(&source, out_ty.dtype, &seen, copy_label);
                 }
                 self.views.insert(out, dst);
             }

@@ -194,13 +194,46 @@ fn reshaped_parts_are_copied_into_the_concat() {
         "graph t {{\n  input q: f32[2, 3, 5, 4]\n  input a: f32[4, 6]\n  input b: f32[4, 6]\n  m = {}\n  y = concat(m, m, axis=1)\n  p = reshape(transpose(a, dim0=0, dim1=1), shape=[2, 12])\n  w = concat(p, reshape(transpose(b, dim0=0, dim1=1), shape=[2, 12]), axis=1)\n  output y, m, w\n}}\n",
         merged("q")
     );
-    for (src, dispatches) in [(&direct, 2), (&fallback, 2 + 1 + 4)] {
-        check_gpu(src, EXACTISH, &[], 1);
-        let graph = sinter_ir::text::parse(src).expect("valid program");
-        let compiled = sinter_compiler::compile(&graph, &sinter_compiler::Options::default())
-            .expect("compiles");
-        assert_eq!(compiled.artifact.dispatches.len(), dispatches, "{src}");
-    }
+    check_with_dispatches(&direct, 2);
+    check_with_dispatches(&fallback, 2 + 1 + 4);
+}
+
+/// `src` on the GPU against the interpreter, compiled (with default options) to `dispatches`
+/// dispatches.
+fn check_with_dispatches(src: &str, dispatches: usize) {
+    check_gpu(src, EXACTISH, &[], 1);
+    let graph = sinter_ir::text::parse(src).expect("valid program");
+    let compiled =
+        sinter_compiler::compile(&graph, &sinter_compiler::Options::default()).expect("compiles");
+    assert_eq!(compiled.artifact.dispatches.len(), dispatches, "{src}");
+}
+
+/// Computed operands of a `concat` whose parts are contiguous ranges of the result (along its
+/// first axis) are written there by the kernels that compute them: no copies. An operand that
+/// is an input, or whose part is strided (a later axis), is copied.
+#[test]
+fn computed_parts_are_written_into_the_concat() {
+    let written = "graph t {
+  input a: f32[3, 4]
+  input b: f32[2, 4]
+  s = sum(a, axes=[1])
+  y = concat(relu(a), exp(b), axis=0)
+  z = concat(s, sum(b, axes=[1]), axis=0)
+  output y, z
+}
+";
+    let copied = "graph t {
+  input a: f32[3, 4]
+  input b: f32[3, 2]
+  y = concat(relu(a), exp(b), axis=1)
+  z = concat(a, exp(a), axis=0)
+  output y, z
+}
+";
+    // written: relu, exp, two sums; copied: relu, exp and the exp written into `z`, then two
+    // copies into `y`'s strided parts and one of the input `a`
+    check_with_dispatches(written, 4);
+    check_with_dispatches(copied, 3 + 3);
 }
 
 /// An assign whose source is a reshape that needs a copy: the copy is made where the assign
