@@ -37,25 +37,13 @@ use crate::schedule::{BufferKind, Schedule};
 /// target in [`Schedule::updated_in_place`]); returns how many.
 pub fn update_in_place(sched: &mut Schedule) -> usize {
     let n = sched.buffers.len();
-    // per buffer: the steps that read it and the steps that write it
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut writers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (s, step) in sched.steps.iter().enumerate() {
-        let (reads, writes) = step.plan.buffers();
-        for b in reads {
-            readers[b.0 as usize].push(s);
-        }
-        for b in writes {
-            writers[b.0 as usize].push(s);
-        }
-    }
-    let mut read_at_end = vec![false; n];
-    for o in &sched.outputs {
-        read_at_end[o.view.buffer.0 as usize] = true;
-    }
+    let Uses {
+        readers,
+        writers,
+        read_at_end,
+    } = Uses::of(sched);
     let mut sources = vec![0usize; n];
     for (_, view) in &sched.assigns {
-        read_at_end[view.buffer.0 as usize] = true;
         sources[view.buffer.0 as usize] += 1;
     }
     let persistent: HashMap<KValueId, BufferId> = (0..n)
@@ -113,19 +101,11 @@ pub fn update_in_place(sched: &mut Schedule) -> usize {
 /// offset), so its writer writes the part and its readers read it there. Returns how many.
 pub fn write_parts_in_place(sched: &mut Schedule) -> usize {
     let n = sched.buffers.len();
-    let mut writers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (s, step) in sched.steps.iter().enumerate() {
-        for b in step.plan.buffers().1 {
-            writers[b.0 as usize].push(s);
-        }
-    }
-    let mut read_at_end = vec![false; n];
-    for o in &sched.outputs {
-        read_at_end[o.view.buffer.0 as usize] = true;
-    }
-    for (_, view) in &sched.assigns {
-        read_at_end[view.buffer.0 as usize] = true;
-    }
+    let Uses {
+        writers,
+        read_at_end,
+        ..
+    } = Uses::of(sched);
     // a buffer that an alias moves, or that one receives, takes part in no other (a nested
     // `concat`'s inner result stays where it is)
     let mut aliased = vec![false; n];
@@ -154,7 +134,6 @@ pub fn write_parts_in_place(sched: &mut Schedule) -> usize {
             && matches!(writers[from.0 as usize][..], [w] if w != part.step);
         if fits {
             aliased[from.0 as usize] = true;
-            // `into` may receive more parts, but moves nowhere itself
             aliases.push(Alias {
                 from,
                 into,
@@ -165,6 +144,42 @@ pub fn write_parts_in_place(sched: &mut Schedule) -> usize {
     }
     merge_buffers(sched, &aliases, &dropped);
     aliases.len()
+}
+
+/// Per buffer of a schedule: the steps that read it, the steps that write it, and whether an
+/// output or an assign reads it after the last step.
+struct Uses {
+    readers: Vec<Vec<usize>>,
+    writers: Vec<Vec<usize>>,
+    read_at_end: Vec<bool>,
+}
+
+impl Uses {
+    fn of(sched: &Schedule) -> Uses {
+        let n = sched.buffers.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut writers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (s, step) in sched.steps.iter().enumerate() {
+            let (reads, writes) = step.plan.buffers();
+            for b in reads {
+                readers[b.0 as usize].push(s);
+            }
+            for b in writes {
+                writers[b.0 as usize].push(s);
+            }
+        }
+        let mut read_at_end = vec![false; n];
+        let at_end =
+            (sched.outputs.iter().map(|o| &o.view)).chain(sched.assigns.iter().map(|a| &a.1));
+        for view in at_end {
+            read_at_end[view.buffer.0 as usize] = true;
+        }
+        Uses {
+            readers,
+            writers,
+            read_at_end,
+        }
+    }
 }
 
 /// Buffer `from` stored as the range of `into` that starts at `offset` elements.

@@ -562,15 +562,19 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     let places: Vec<(u32, u32)> = (0..frag_rows)
         .flat_map(|i| (0..frag_cols).map(move |j| (i, j)))
         .collect();
+    // where the subgroup's scratch tile `slot` starts
+    let tile_at = |slot: usize| match slot {
+        0 => "scratch".to_string(),
+        _ => format!("scratch + {}u", slot as u32 * TILE),
+    };
     for group in places.chunks(scratch as usize) {
         for (slot, &(i, j)) in group.iter().enumerate() {
             let acc = i * frag_cols + j;
             // a cooperative store only from plain `let`s (naga 30's SPIR-V)
-            let at = match slot {
-                0 => String::new(),
-                _ => format!(" let at = scratch + {}u;", slot as u32 * TILE),
+            let (at, to) = match slot {
+                0 => (String::new(), "scratch"),
+                _ => (format!(" let at = {};", tile_at(slot)), "at"),
             };
-            let to = if slot == 0 { "scratch" } else { "at" };
             writeln!(
                 s,
                 "    {{ let res = acc{acc};{at} {} }}",
@@ -586,16 +590,13 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         let at = sg_lane + q * {LANES}u;
         let gm = row0 + wr + {}u + at / {TC_SIDE}u;
         let gn = col0 + wc + {}u + at % {TC_SIDE}u;
-        let c = Cs[scratch + {}at];
+        let c = Cs[{} + at];
         if (gm < M && gn < N) {{ {put} }}
     }}",
                 PER_LANE,
                 i * TC_SIDE,
                 j * TC_SIDE,
-                match slot {
-                    0 => String::new(),
-                    _ => format!("{}u + ", slot as u32 * TILE),
-                }
+                tile_at(slot)
             )
             .unwrap();
         }
