@@ -289,34 +289,20 @@ pub const TC_MAX_ACCUMULATORS: u32 = 16;
 pub fn tc_workgroup_bytes(t: Tile) -> u64 {
     [false, true]
         .into_iter()
-        .flat_map(|a| [false, true].map(|b| tc_workgroup_bytes_of(t, a, b, 1)))
+        .flat_map(|a| [false, true].map(|b| tc_workgroup_bytes_of(t, a, b)))
         .max()
         .unwrap_or_default()
 }
 
 /// Workgroup bytes of a tensor-core matmul of tile `t` whose `a` and `b` are read along k
-/// (`a_walks_k`, `b_walks_k`) or across it, with `scratch` epilogue tiles per subgroup.
-pub fn tc_workgroup_bytes_of(t: Tile, a_walks_k: bool, b_walks_k: bool, scratch: u32) -> u64 {
+/// (`a_walks_k`, `b_walks_k`) or across it.
+pub fn tc_workgroup_bytes_of(t: Tile, a_walks_k: bool, b_walks_k: bool) -> u64 {
     let halves = |x, walks_k| {
         let (rows, row) = tc_slab(x, t.bk, walks_k);
         rows * row
     };
     let slabs = (halves(t.bm, a_walks_k) + halves(t.bn, b_walks_k)) * 2 * u64::from(t.stages);
-    slabs + u64::from(scratch * TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
-}
-
-/// Scratch tiles (16 × 16 `f32`) per subgroup through which a tensor-core matmul's epilogue
-/// reads its accumulators: two where the subgroup holds two or more and the kernel still fits
-/// in `budget` bytes of workgroup memory (the target's), so that each pair of barriers passes
-/// two accumulators; else one.
-pub fn tc_scratch_tiles(t: Tile, a_walks_k: bool, b_walks_k: bool, budget: u32) -> u32 {
-    let accumulators = (t.tm / TC_SIDE) * (t.tn / TC_SIDE);
-    let two = tc_workgroup_bytes_of(t, a_walks_k, b_walks_k, 2);
-    if accumulators >= 2 && two <= u64::from(budget.min(TC_STAGING_BYTES)) {
-        2
-    } else {
-        1
-    }
+    slabs + u64::from(TC_SUBGROUPS * TC_SIDE * TC_SIDE) * WORD_BYTES
 }
 
 /// A tensor-core slab of `x` (BM or BN) by `bk` as (rows, padded row) in halves: its rows run

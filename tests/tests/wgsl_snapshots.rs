@@ -165,11 +165,6 @@ fn matmul_tensor_cores() {
         options.target.features.cooperative_matrix = true;
         options.target.features.cooperative_emulated = emulated;
         options.matmul.tile = tile;
-        if tile.is_some() {
-            // the h200's 48 KiB: room for the epilogue's second scratch tile
-            options.target.limits.workgroup_bytes =
-                sinter_compiler::Target::h200().limits.workgroup_bytes;
-        }
         let artifact = sinter_compiler::compile(&graph, &options)
             .expect("compiles")
             .artifact;

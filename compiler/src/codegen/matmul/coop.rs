@@ -25,10 +25,10 @@
 //!
 //! **Epilogue.** A cooperative matrix's elements cannot be addressed, so each accumulator
 //! leaves through workgroup memory: every subgroup stores 16 × 16 tiles to its own `f32`
-//! scratch (two at a time where the target's workgroup memory holds them,
-//! [`tc_scratch_tiles`]), and its 32 invocations apply the epilogue to eight elements of each
-//! and store them, masked at the output's edges; a barrier after the stores and one after the
-//! reads. The epilogue and the output's dtype are the FMA kernel's.
+//! scratch, and its 32 invocations apply the epilogue to eight elements of each and store them,
+//! masked at the output's edges; a barrier after the stores and one after the reads. (Two
+//! scratch tiles per subgroup, two accumulators per barrier pair, gained nothing on the 128 ×
+//! 128 and 128 × 256 blocks and cost the 64 × 128 block up to half its rate: BENCHMARKS.md.) The epilogue and the output's dtype are the FMA kernel's.
 //!
 //! **Indices.** Every arena read is clamped into the operand and every store masked, and every
 //! workgroup and register index is bounded by the tile's constants, so the kernel declares
@@ -54,9 +54,7 @@ use sinter_ir::artifact::{Storage, WORD_BYTES};
 
 use super::{Emitter, Form, Tile, WORKGROUP, bind_views, decompose, epilogue_args, quad_loads};
 use crate::kernel::Matmul;
-use crate::matmul::{
-    TC_SIDE, TC_SUBGROUPS, tc_scratch_tiles, tc_slab, tc_workgroup_bytes, tc_workgroup_bytes_of,
-};
+use crate::matmul::{TC_SIDE, TC_SUBGROUPS, tc_slab, tc_workgroup_bytes, tc_workgroup_bytes_of};
 
 /// Elements of one cooperative matrix.
 const TILE: u32 = TC_SIDE * TC_SIDE;
@@ -392,7 +390,6 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     .unwrap();
     // with two stages, step t reads the slabs at `(t % 2) * A_STAGE` and `(t % 2) * B_STAGE`
     let stages = t.stages;
-    let scratch = tc_scratch_tiles(t, a.walks_k, b.walks_k, e.workgroup_bytes());
     // each slab's rows along its walked axis: (rows, padded row), in u32 as a checked tile's
     // bytes are
     let [(ra, sa), (rb_, sb)] = [(bm, a.walks_k), (bn, b.walks_k)].map(|(x, walks_k)| {
@@ -405,7 +402,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         [
             ra * sa * 2,
             rb_ * sb * 2,
-            TC_SUBGROUPS * scratch * TILE * WORD_BYTES as u32
+            TC_SUBGROUPS * TILE * WORD_BYTES as u32
         ]
         .iter()
         .all(|b| b.is_multiple_of(16)),
@@ -423,12 +420,7 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
     }
     writeln!(s, "var<workgroup> As: array<f16, {}>;", stages * ra * sa).unwrap();
     writeln!(s, "var<workgroup> Bs: array<f16, {}>;", stages * rb_ * sb).unwrap();
-    writeln!(
-        s,
-        "var<workgroup> Cs: array<f32, {}>;",
-        TC_SUBGROUPS * scratch * TILE
-    )
-    .unwrap();
+    writeln!(s, "var<workgroup> Cs: array<f32, {}>;", TC_SUBGROUPS * TILE).unwrap();
     s.push_str(&ops.helpers(&a, &b));
     writeln!(s, "@compute @workgroup_size({WORKGROUP})").unwrap();
     match ops {
@@ -557,54 +549,37 @@ pub fn emit(e: &mut Emitter, k: &Matmul, grid: [u32; 3]) -> (String, [u32; 3], u
         out_dtype,
         out_storage,
     );
-    // `scratch` tiles per subgroup: each barrier pair passes that many accumulators
-    writeln!(s, "    let scratch = sg_id * {}u;", scratch * TILE).unwrap();
-    let places: Vec<(u32, u32)> = (0..frag_rows)
-        .flat_map(|i| (0..frag_cols).map(move |j| (i, j)))
-        .collect();
-    // where the subgroup's scratch tile `slot` starts
-    let tile_at = |slot: usize| match slot {
-        0 => "scratch".to_string(),
-        _ => format!("scratch + {}u", slot as u32 * TILE),
-    };
-    for group in places.chunks(scratch as usize) {
-        for (slot, &(i, j)) in group.iter().enumerate() {
+    writeln!(s, "    let scratch = sg_id * {TILE}u;").unwrap();
+    for i in 0..frag_rows {
+        for j in 0..frag_cols {
             let acc = i * frag_cols + j;
             // a cooperative store only from plain `let`s (naga 30's SPIR-V)
-            let (at, to) = match slot {
-                0 => (String::new(), "scratch"),
-                _ => (format!(" let at = {};", tile_at(slot)), "at"),
-            };
             writeln!(
                 s,
-                "    {{ let res = acc{acc};{at} {} }}",
-                ops.store("res", to)
+                "    {{ let res = acc{acc}; {} }}\n    workgroupBarrier();",
+                ops.store("res", "scratch")
             )
             .unwrap();
-        }
-        writeln!(s, "    workgroupBarrier();").unwrap();
-        for (slot, &(i, j)) in group.iter().enumerate() {
             writeln!(
                 s,
                 "    for (var q = 0u; q < {}u; q = q + 1u) {{
         let at = sg_lane + q * {LANES}u;
         let gm = row0 + wr + {}u + at / {TC_SIDE}u;
         let gn = col0 + wc + {}u + at % {TC_SIDE}u;
-        let c = Cs[{} + at];
+        let c = Cs[scratch + at];
         if (gm < M && gn < N) {{ {put} }}
-    }}",
+    }}
+    workgroupBarrier();",
                 PER_LANE,
                 i * TC_SIDE,
                 j * TC_SIDE,
-                tile_at(slot)
             )
             .unwrap();
         }
-        writeln!(s, "    workgroupBarrier();").unwrap();
     }
     writeln!(s, "}}").unwrap();
     // a checked tile's bytes, in either orientation, are within TC_STAGING_BYTES
-    let bytes = tc_workgroup_bytes_of(t, a.walks_k, b.walks_k, scratch);
-    debug_assert!(scratch > 1 || bytes <= tc_workgroup_bytes(t), "{t}");
+    let bytes = tc_workgroup_bytes_of(t, a.walks_k, b.walks_k);
+    debug_assert!(bytes <= tc_workgroup_bytes(t), "{t}");
     (s, grid, bytes as u32)
 }
