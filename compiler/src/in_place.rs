@@ -292,7 +292,8 @@ fn writes_over(k: &FusedKernel, source: BufferId, target: BufferId) -> bool {
             .zip(&p.operands)
             .filter(|(v, _)| v.buffer == target)
             .all(|(v, a)| {
-                v.offset == view.offset
+                !a.is_shifted()
+                    && v.offset == view.offset
                     && space_strides(p, a, v) == written
                     && a.space_axes().all(|k| stored_axes.contains(&k))
             })

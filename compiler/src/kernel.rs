@@ -38,7 +38,7 @@ impl FusedKernel {
 pub(crate) fn space_strides(p: &Program, access: &Access, view: &View) -> Vec<usize> {
     let mut strides = vec![0; p.domain.len() + p.reduce.len()];
     for (j, a) in access.axes.iter().enumerate() {
-        if let Axis::Space(k) = *a {
+        if let Some(k) = a.space() {
             strides[k as usize] += view.strides[j];
         }
     }
@@ -65,29 +65,37 @@ pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
         .any(|inst| matches!(inst, Inst::Coord(c) if *c as usize == a || *c as usize == b));
     let collapsed = |c: u8| in_reduce && (c as usize + d == a || c as usize + d == b);
     let tensors: Vec<(&Access, &View)> = k.tensors().collect();
+    let windowed = |acc: &Access| {
+        acc.axes
+            .iter()
+            .any(|x| matches!(x, Axis::Shifted { k, .. } if *k as usize == a || *k as usize == b))
+    };
     let mergeable = !reads_coords
         && tensors.iter().all(|(acc, view)| {
-            let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
-            let one_run = match (at(a), at(b)) {
-                (None, None) => true,
-                (Some(ja), Some(jb)) => {
-                    jb == ja + 1
-                        && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
-                }
-                // an outer axis of extent 1 is coordinate 0 however a tensor reads it
-                _ => extent(a) == 1,
-            };
-            one_run
-                && !acc
-                    .axes
-                    .iter()
-                    .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
+            !windowed(acc) && {
+                let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
+                let one_run = match (at(a), at(b)) {
+                    (None, None) => true,
+                    (Some(ja), Some(jb)) => {
+                        jb == ja + 1
+                            && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
+                    }
+                    // an outer axis of extent 1 is coordinate 0 however a tensor reads it
+                    _ => extent(a) == 1,
+                };
+                one_run
+                    && !acc
+                        .axes
+                        .iter()
+                        .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
+            }
         });
     if !mergeable {
         return None;
     }
     let renumber = |x: &Axis| match *x {
         Axis::Space(c) if c as usize > a => Axis::Space(c - 1),
+        Axis::Shifted { k, by, len } if k as usize > a => Axis::Shifted { k: k - 1, by, len },
         Axis::Collapsed(c) if in_reduce && c as usize + d > a => Axis::Collapsed(c - 1),
         other => other,
     };

@@ -302,6 +302,34 @@ fn a_weight_gradient_is_computed_once_for_both_moments() {
     }
 }
 
+/// A `concat` and `slice_grad`s are fused into their consumers, their operands read through
+/// windows and an elementwise producer of a part (the `neg`) computed inside its window:
+/// rotate-half RoPE leaves no concat or slice_grad node, and every alternative the fusion rules
+/// build keeps values.
+#[test]
+fn concat_and_slice_grad_fuse_through_windows() {
+    let src = include_str!("../../tests/programs/rotate_half.sir");
+    let checked = check_alternatives(src, true, 2000);
+    assert!(checked.rewritten > 0, "{} alternatives", checked.variants);
+    let g = program(src);
+    let (kg, report) = sinter_compiler::optimize::optimize(&g, &Default::default());
+    let copies = kg
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.op,
+                KernelOp::Ir(
+                    sinter_ir::Op::Concat | sinter_ir::Op::SliceGrad | sinter_ir::Op::Neg,
+                    _
+                )
+            )
+        })
+        .count();
+    assert_eq!(copies, 0, "{kg}\n{report}");
+    assert_keeps_values(&g, &kg, 0x20be);
+}
+
 /// The optimized kernel graph `kg` of `g` computes `g`'s outputs on random inputs (`seed`).
 fn assert_keeps_values(g: &sinter_ir::Graph, kg: &sinter_compiler::kgraph::KernelGraph, seed: u64) {
     let mut rng = Rng(seed);

@@ -78,6 +78,36 @@ fn unary_ops_on_special_values() {
     }
 }
 
+/// Special values through a `concat` and `slice_grad`s fused into their consumers (read
+/// through windows): each part's values come out where they belong, and the padding is zero.
+#[test]
+fn windowed_reads_carry_special_values() {
+    let n = SPECIAL.len() / 2;
+    let src = format!(
+        "graph t {{
+  input a: f32[2, {n}]
+  input b: f32[2, {n}]
+  y = mul(concat(neg(a), b, axis=1), 2.0)
+  z = mul(add(slice_grad(a, shape=[2, {w}], axis=1, start=1, end={e}), slice_grad(b, shape=[2, {w}], axis=1, start={s2}, end={e2})), 2.0)
+  output y, z
+}}
+",
+        w = 2 * n + 2,
+        e = n + 1,
+        s2 = n + 2,
+        e2 = 2 * n + 2,
+    );
+    let reversed: Vec<f64> = SPECIAL.iter().rev().copied().collect();
+    check(
+        &src,
+        &[
+            ("a", f32s(&[2, n], SPECIAL)),
+            ("b", f32s(&[2, n], &reversed)),
+        ],
+        0.0,
+    );
+}
+
 /// Every pair of a few special values, through every binary op and comparison: `a` varies
 /// along axis 0, `b` along axis 1.
 #[test]

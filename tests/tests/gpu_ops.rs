@@ -236,6 +236,15 @@ fn computed_parts_are_written_into_the_concat() {
     check_with_dispatches(copied, 3 + 3);
 }
 
+/// Rotate-half RoPE and its gradient, one kernel each: the `concat` of the rotated halves and
+/// the gradient's `slice_grad`s are read through windows by the kernels that consume them, and
+/// the `neg` of a half is computed inside the window it fills (they were 8 dispatches: two
+/// `neg`s, two concat copies, two `slice_grad`s and the two consumers).
+#[test]
+fn rotate_half_fuses_into_its_consumers() {
+    check_with_dispatches(include_str!("../programs/rotate_half.sir"), 2);
+}
+
 /// An assign whose source is a reshape that needs a copy: the copy is made where the assign
 /// reads it (after every step), and the next run starts from the moved state.
 #[test]

@@ -192,10 +192,28 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
 
     /// The address of a tensor at the current point: base + Σ coordinate · stride; `name`
     /// names its param words.
-    fn address(&mut self, access: &Access, view: &View, name: &str) -> (String, String) {
+    /// An axis read through a window ([`Axis::Shifted`]) adds `(c − start) · stride` instead
+    /// (`shifted`: that coordinate per tensor axis), in u32 arithmetic that wraps below the
+    /// window (such loads are discarded, see [`Cx::operand_load`]).
+    fn address(
+        &mut self,
+        access: &Access,
+        view: &View,
+        name: &str,
+        shifted: &[(usize, String)],
+    ) -> (String, String) {
         let arena = self.e.arena(view.buffer);
         let base = self.e.base(view.buffer, view.offset, name);
-        let strides = space_strides(self.p, access, view);
+        let plain = Access {
+            dtype: access.dtype,
+            axes: (access.axes.iter())
+                .map(|a| match a {
+                    Axis::Shifted { .. } => Axis::One,
+                    other => *other,
+                })
+                .collect(),
+        };
+        let strides = space_strides(self.p, &plain, view);
         let mut addr = base;
         for (axis, &st) in strides.iter().enumerate() {
             if st != 0 {
@@ -203,17 +221,47 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
                 write!(addr, " + c{axis} * {sp}").unwrap();
             }
         }
+        for (j, at) in shifted {
+            let sp = self
+                .e
+                .param(view.strides[*j], &format!("{name}.stride[{j}]"));
+            write!(addr, " + {at} * {sp}").unwrap();
+        }
         (arena, addr)
     }
 
+    /// An operand's element at the current point; +0.0 outside its windows.
     fn operand_load(&mut self, o: usize) -> String {
-        let (arena, addr) = self.address(
-            &self.p.operands[o].clone(),
-            &self.k.operands[o].clone(),
-            &format!("in{o}"),
-        );
+        let access = self.p.operands[o].clone();
+        let name = format!("in{o}");
+        // each window's coordinate relative to its start, and the test that it is inside
+        let (mut shifted, mut inside) = (Vec::new(), Vec::new());
+        for (j, a) in access.axes.iter().enumerate() {
+            if let Axis::Shifted { k, by, len } = *a {
+                let start = self
+                    .e
+                    .param(by as usize, &format!("{name}.window[{j}].start"));
+                let len = self
+                    .e
+                    .param(len as usize, &format!("{name}.window[{j}].len"));
+                let at = format!("(c{k} - {start})");
+                inside.push(format!("{at} < {len}"));
+                shifted.push((j, at));
+            }
+        }
+        let (arena, addr) = self.address(&access, &self.k.operands[o].clone(), &name, &shifted);
         let storage = self.e.storage(self.k.operands[o].buffer);
-        load(&arena, &addr, self.p.operands[o].dtype, storage)
+        let value = load(&arena, &addr, access.dtype, storage);
+        if inside.is_empty() {
+            value
+        } else {
+            let zero = if access.dtype == DType::I32 {
+                "0i"
+            } else {
+                "0.0"
+            };
+            format!("select({zero}, {value}, {})", inside.join(" && "))
+        }
     }
 
     /// The WGSL expression of instruction `i` (its arguments bound as `v{arg}`).
@@ -364,8 +412,12 @@ impl<'e, 'm, 'k> Cx<'e, 'm, 'k> {
 
     fn store_output(&mut self, o: usize) -> String {
         let out = self.p.outputs[o].clone();
-        let (arena, addr) =
-            self.address(&out.access, &self.k.outputs[o].clone(), &format!("out{o}"));
+        let (arena, addr) = self.address(
+            &out.access,
+            &self.k.outputs[o].clone(),
+            &format!("out{o}"),
+            &[],
+        );
         let storage = self.e.storage(self.k.outputs[o].buffer);
         store(
             &arena,

@@ -40,6 +40,9 @@ impl Program {
                 Axis::Space(k) => f.write_str(&self.axis_name(k as usize))?,
                 Axis::One => f.write_str("1")?,
                 Axis::Collapsed(k) => write!(f, "1(r{k})")?,
+                Axis::Shifted { k, by, len } => {
+                    write!(f, "{}[{by}..{}]", self.axis_name(k as usize), by + len)?
+                }
             }
         }
         f.write_str("]")

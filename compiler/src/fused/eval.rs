@@ -14,6 +14,7 @@ pub fn shape_of(p: &Program, access: &Access) -> Vec<usize> {
         .iter()
         .map(|a| match *a {
             Axis::Space(k) => p.extent(k as usize),
+            Axis::Shifted { len, .. } => len as usize,
             Axis::One | Axis::Collapsed(_) => 1,
         })
         .collect()
@@ -87,7 +88,10 @@ fn run(
         values[i] = match inst {
             Inst::Load(o) => {
                 let t = &operands[*o as usize];
-                t.data[offset(&p.operands[*o as usize], t.shape(), at)]
+                match offset(&p.operands[*o as usize], t.shape(), at) {
+                    Some(i) => t.data[i],
+                    None => 0.0,
+                }
             }
             Inst::Const(bits) => f32::from_bits(*bits) as f64,
             Inst::Coord(k) => at[*k as usize] as f64,
@@ -110,21 +114,27 @@ fn run(
     }
 }
 
-fn offset(access: &Access, shape: &[usize], at: &[usize]) -> usize {
+/// The flat index of the point `at` in a tensor of `shape` accessed with `access`; `None`
+/// outside a window ([`Axis::Shifted`]).
+fn offset(access: &Access, shape: &[usize], at: &[usize]) -> Option<usize> {
     let mut off = 0;
     for (j, a) in access.axes.iter().enumerate() {
         let c = match *a {
             Axis::Space(k) => at[k as usize],
-            _ => 0,
+            Axis::Shifted { k, by, len } => {
+                let c = at[k as usize].checked_sub(by as usize)?;
+                (c < len as usize).then_some(c)?
+            }
+            Axis::One | Axis::Collapsed(_) => 0,
         };
         off = off * shape[j] + c;
     }
-    off
+    Some(off)
 }
 
 fn store(t: &mut Tensor, access: &Access, at: &[usize], v: f64) {
     let shape = t.shape().to_vec();
-    let i = offset(access, &shape, at);
+    let i = offset(access, &shape, at).expect("outputs are not windowed");
     t.data[i] = v;
 }
 

@@ -37,6 +37,32 @@ pub enum Axis {
     /// `keepdim`; read as coordinate 0, and remembered so that fusion can line the reduction up
     /// with its consumer.
     Collapsed(u8),
+    /// By space axis `k` through the window `by..by + len`: the tensor's coordinate is the
+    /// space coordinate minus `by` (its extent is `len`), and a load outside the window reads
+    /// +0.0. Operands only: a `slice_grad`'s operand, a `concat`'s parts.
+    Shifted { k: u8, by: u32, len: u32 },
+}
+
+impl Axis {
+    /// The space axis that indexes this tensor axis, shifted or not.
+    pub fn space(self) -> Option<u8> {
+        match self {
+            Axis::Space(k) | Axis::Shifted { k, .. } => Some(k),
+            Axis::One | Axis::Collapsed(_) => None,
+        }
+    }
+
+    /// This axis with its space axis renamed as `rename` renames `Axis::Space`; `None` for a
+    /// shifted axis whose space axis `rename` maps to none.
+    fn renamed(self, rename: &dyn Fn(Axis) -> Axis) -> Option<Axis> {
+        match self {
+            Axis::Shifted { k, by, len } => match rename(Axis::Space(k)) {
+                Axis::Space(k) => Some(Axis::Shifted { k, by, len }),
+                _ => None,
+            },
+            other => Some(rename(other)),
+        }
+    }
 }
 
 /// How a program reads an operand or writes an output.
@@ -50,9 +76,23 @@ pub struct Access {
 impl Access {
     /// The space axes the tensor's axes name, in tensor-axis order.
     pub(crate) fn space_axes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.axes.iter().filter_map(|a| match *a {
-            Axis::Space(k) => Some(k as usize),
-            _ => None,
+        self.axes.iter().filter_map(|a| a.space().map(usize::from))
+    }
+
+    /// Whether some axis is read through a window ([`Axis::Shifted`]).
+    pub fn is_shifted(&self) -> bool {
+        self.axes.iter().any(|a| matches!(a, Axis::Shifted { .. }))
+    }
+
+    /// The access with every axis renamed by `rename` (see [`Axis::renamed`]).
+    fn renamed(&self, rename: &dyn Fn(Axis) -> Axis) -> Option<Access> {
+        Some(Access {
+            dtype: self.dtype,
+            axes: self
+                .axes
+                .iter()
+                .map(|a| a.renamed(rename))
+                .collect::<Option<_>>()?,
         })
     }
 }
@@ -186,6 +226,19 @@ pub enum Level {
 pub const MAX_INSTS: usize = 192;
 pub const MAX_OPERANDS: usize = 24;
 pub const MAX_PHASES: usize = 6;
+
+/// Longest axis a program compares coordinates along: coordinates are f32, exact up to 2^24.
+const EXACT_COORD: usize = 1 << 24;
+
+/// The access of tensor axis `axis` (extent `len`) read through the window `start..start + len`
+/// of space axis `axis`; `None` for an empty window or one past u32.
+fn window(axis: usize, start: usize, len: usize) -> Option<Axis> {
+    Some(Axis::Shifted {
+        k: u8::try_from(axis).ok()?,
+        by: u32::try_from(start).ok()?,
+        len: u32::try_from(len).ok().filter(|&n| n > 0)?,
+    })
+}
 
 /// Right-aligned numpy broadcasting of a tensor of `shape` into a space whose axes
 /// `0..target.len()` have extents `target` (extent-1 tensor axes are [`Axis::One`]).
@@ -329,7 +382,13 @@ impl Program {
             Axis::Space(k) => (k as usize) < space,
             Axis::One => true,
             Axis::Collapsed(k) => (k as usize) < self.reduce.len(),
+            Axis::Shifted { k, by, len } => {
+                (k as usize) < space && len > 0 && (by + len) as usize <= self.extent(k as usize)
+            }
         };
+        if self.outputs.iter().any(|o| o.access.is_shifted()) {
+            return Err("an output is written through a window".into());
+        }
         for acc in self
             .operands
             .iter()
@@ -395,6 +454,65 @@ impl Program {
             access: broadcast_access(out, shape, shape),
         });
         p
+    }
+
+    /// `slice_grad` along `axis` from `start` with step 1: `x` in the window `start..start +
+    /// its extent` of `out`'s axis, +0.0 elsewhere. `None` past the window's integer range.
+    pub fn padded(
+        out: &sinter_ir::TensorType,
+        x: &sinter_ir::TensorType,
+        axis: usize,
+        start: usize,
+    ) -> Option<Program> {
+        let mut p = Program::map(
+            &out.shape,
+            Scalar::Cast(x.dtype),
+            &[Arg::Operand(x.clone())],
+            out.dtype,
+        );
+        p.operands[0].axes[axis] = window(axis, start, x.shape[axis])?;
+        Some(p)
+    }
+
+    /// `concat` of `parts` along `axis`: each part read through its window of the axis, and
+    /// each point's value chosen from the part its coordinate falls in. `None` for parts of
+    /// another dtype, empty parts, axes longer than f32's exact integers (the coordinate is
+    /// compared as f32), and parts that are contiguous ranges of the result (no axis before
+    /// `axis` wider than 1), which lowering has their producers write in place instead
+    /// (`in_place::write_parts_in_place`).
+    pub fn concat(
+        out: &sinter_ir::TensorType,
+        parts: &[sinter_ir::TensorType],
+        axis: usize,
+    ) -> Option<Program> {
+        if out.shape[..axis].iter().all(|&d| d == 1)
+            || out.shape[axis] > EXACT_COORD
+            || parts.iter().any(|t| t.dtype != out.dtype)
+        {
+            return None;
+        }
+        let mut p = Program::over(out.shape.clone(), Vec::new());
+        let (mut at, mut loads) = (0, Vec::new());
+        for t in parts {
+            let mut access = broadcast_access(t.dtype, &t.shape, &out.shape);
+            access.axes[axis] = window(axis, at, t.shape[axis])?;
+            at += t.shape[axis];
+            p.operands.push(access);
+            let load = p.push(Inst::Load((p.operands.len() - 1) as u32));
+            loads.push((load, at));
+        }
+        let coord = p.push(Inst::Coord(axis as u8));
+        let mut value = loads.last()?.0;
+        for &(load, end) in loads.iter().rev().skip(1) {
+            let end = p.push(Inst::Const((end as f32).to_bits()));
+            let before = p.push(Inst::Map(Scalar::Op(Op::Lt), vec![coord, end]));
+            value = p.push(Inst::Map(Scalar::Op(Op::Where), vec![before, load, value]));
+        }
+        p.outputs.push(Output {
+            value,
+            access: broadcast_access(out.dtype, &out.shape, &out.shape),
+        });
+        Some(p)
     }
 
     /// `x` of `shape` reduced over `axes` with `combine` (`keepdim` keeps extent-1 axes).
@@ -538,6 +656,18 @@ impl Program {
                 ))
             }
             _ => None,
+        }
+    }
+
+    /// A program over `domain` and `reduce` with nothing in it yet.
+    fn over(domain: Vec<usize>, reduce: Vec<usize>) -> Program {
+        Program {
+            domain,
+            reduce,
+            operands: Vec::new(),
+            insts: Vec::new(),
+            phases: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -696,27 +826,77 @@ impl Program {
     /// This program with operand `i` replaced by a literal or an `iota` coordinate (the operand
     /// is removed; later operands move down by one). For an iota of rank `rank` along `axis`,
     /// the coordinate is the space axis that indexes that tensor axis.
+    /// An operand read through windows gives the value inside them and +0.0 outside, as its
+    /// loads did.
     pub fn substitute(&self, i: usize, arg: &Arg) -> Program {
-        let mut p = self.clone();
-        let replacement = match *arg {
-            Arg::Const(v) => Inst::Const(v.to_bits()),
-            Arg::Coord { axis, .. } => match p.operands[i].axes[axis] {
-                Axis::Space(k) => Inst::Coord(k),
-                _ => Inst::Const(0f32.to_bits()),
-            },
-            Arg::Operand(_) => return p,
+        if matches!(arg, Arg::Operand(_)) {
+            return self.clone();
+        }
+        let axes = self.operands[i].axes.clone();
+        let mut p = Program {
+            insts: Vec::with_capacity(self.insts.len()),
+            ..self.clone()
         };
-        for inst in &mut p.insts {
-            if let Inst::Load(o) = inst {
-                if *o as usize == i {
-                    *inst = replacement.clone();
-                } else if *o as usize > i {
-                    *o -= 1;
+        let mut index: Vec<u32> = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let at = match inst {
+                Inst::Load(o) if *o as usize == i => {
+                    let value = match *arg {
+                        Arg::Coord { axis, .. } => match axes[axis] {
+                            Axis::Space(k) => p.push(Inst::Coord(k)),
+                            Axis::Shifted { k, by, .. } => {
+                                let at = p.push(Inst::Coord(k));
+                                let by = p.push(Inst::Const((by as f32).to_bits()));
+                                p.push(Inst::Map(Scalar::Op(Op::Sub), vec![at, by]))
+                            }
+                            _ => p.push(Inst::Const(0f32.to_bits())),
+                        },
+                        _ => match arg {
+                            Arg::Const(v) => p.push(Inst::Const(v.to_bits())),
+                            _ => unreachable!("operands returned above"),
+                        },
+                    };
+                    p.guarded(value, &axes)
                 }
-            }
+                Inst::Load(o) if *o as usize > i => p.push(Inst::Load(o - 1)),
+                Inst::Map(f, args) => {
+                    let args = args.iter().map(|&x| index[x as usize]).collect();
+                    p.push(Inst::Map(*f, args))
+                }
+                other => p.push(other.clone()),
+            };
+            index.push(at);
+        }
+        let remap = |v: u32| index[v as usize];
+        for ph in &mut p.phases {
+            ph.value = remap(ph.value);
+        }
+        for o in &mut p.outputs {
+            o.value = remap(o.value);
         }
         p.operands.remove(i);
         p
+    }
+
+    /// `value` where every window of `axes` ([`Axis::Shifted`]) holds the current point, +0.0
+    /// elsewhere (the value stays the `where`'s first choice, which gives the result its dtype).
+    fn guarded(&mut self, mut value: u32, axes: &[Axis]) -> u32 {
+        for &a in axes {
+            let Axis::Shifted { k, by, len } = a else {
+                continue;
+            };
+            let zero = self.push(Inst::Const(0f32.to_bits()));
+            let at = self.push(Inst::Coord(k));
+            if by > 0 {
+                let start = self.push(Inst::Const((by as f32).to_bits()));
+                let after = self.push(Inst::Map(Scalar::Op(Op::Ge), vec![at, start]));
+                value = self.push(Inst::Map(Scalar::Op(Op::Where), vec![after, value, zero]));
+            }
+            let end = self.push(Inst::Const(((by + len) as f32).to_bits()));
+            let inside = self.push(Inst::Map(Scalar::Op(Op::Lt), vec![at, end]));
+            value = self.push(Inst::Map(Scalar::Op(Op::Where), vec![inside, value, zero]));
+        }
+        value
     }
 
     /// Instruction count weighted by each function's cost, times the points it runs at.
@@ -787,6 +967,9 @@ pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
     if p.outputs.len() != 1 || p.phases.len() + c.phases.len() > MAX_PHASES {
         return None;
     }
+    if c.operands[i].is_shifted() {
+        return inline_windowed(c, c_kids, i, p, p_kids);
+    }
     let plan = line_up(c, &c.operands[i], p)?;
     let p_axis = |a: Axis| match a {
         Axis::Space(k) => plan.producer[k as usize],
@@ -796,36 +979,59 @@ pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
         Axis::Space(k) => Axis::Space(plan.consumer[k as usize] as u8),
         other => other,
     };
-    // the operand limit, checked before building what it would reject
-    if c_kids.len() + p_kids.len() > MAX_OPERANDS + 1 {
-        let consumer = Merged {
-            p: c,
-            kids: c_kids,
-            axis: &c_axis,
-        };
-        let producer = Merged {
-            p,
-            kids: p_kids,
-            axis: &p_axis,
-        };
-        if operand_count(&consumer, i, &producer) > MAX_OPERANDS {
-            return None;
-        }
-    }
-    let mut out = Program {
-        domain: plan.domain.clone(),
-        reduce: plan.reduce.clone(),
-        operands: Vec::new(),
-        insts: Vec::new(),
-        phases: Vec::new(),
-        outputs: Vec::new(),
+    let renames = |q: &Program, axis: &dyn Fn(Axis) -> Axis| {
+        q.operands.iter().all(|a| a.renamed(axis).is_some())
     };
+    if !renames(p, &p_axis) || !renames(c, &c_axis) {
+        return None;
+    }
+    let consumer = Merged {
+        p: c,
+        kids: c_kids,
+        axis: &c_axis,
+    };
+    let producer = Merged {
+        p,
+        kids: p_kids,
+        axis: &p_axis,
+    };
+    // the operand limit, checked before building what it would reject
+    if c_kids.len() + p_kids.len() > MAX_OPERANDS + 1
+        && operand_count(&consumer, i, &producer) > MAX_OPERANDS
+    {
+        return None;
+    }
+    fused(
+        plan.domain.clone(),
+        plan.reduce.clone(),
+        &producer,
+        &consumer,
+        i,
+    )
+}
+
+/// The program over `domain` and `reduce` that computes `consumer` with its operand `i`
+/// computed by `producer`, simplified; `None` past the size limits.
+fn fused<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
+    domain: Vec<usize>,
+    reduce: Vec<usize>,
+    producer: &Merged<K>,
+    consumer: &Merged<K>,
+    i: usize,
+) -> Option<Bound<K>> {
+    let mut out = Program::over(domain, reduce);
     let mut kids: Vec<K> = Vec::new();
     let mut merge = Merge::new(&mut out, &mut kids);
-    // The producer first, so that its phases come first.
-    let p_ids = merge.copy(p, p_kids, &p_axis, &[], false);
-    let p_value = p_ids[p.outputs[0].value as usize].expect("the output was copied");
-    merge.copy(c, c_kids, &c_axis, &[(i as u32, p_value)], true);
+    // the producer first, so that its phases come first
+    let ids = merge.copy(producer.p, producer.kids, producer.axis, &[], false);
+    let value = ids[producer.p.outputs[0].value as usize].expect("the output was copied");
+    merge.copy(
+        consumer.p,
+        consumer.kids,
+        consumer.axis,
+        &[(i as u32, value)],
+        true,
+    );
     let (out, kids) = simplified_with(&out, kids);
     if out.insts.len() > MAX_INSTS || kids.len() > MAX_OPERANDS {
         return None;
@@ -841,6 +1047,141 @@ pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
     );
     result.program.check().ok()?;
     Some(result)
+}
+
+/// [`inline`] through a windowed access: the consumer reads the producer's result through
+/// windows ([`Axis::Shifted`]), so the producer (an elementwise program) runs at the consumer's
+/// points shifted back by each window's start, reads its own operands through the same windows,
+/// and gives +0.0 outside them, as a load through the window would.
+fn inline_windowed<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
+    c: &Program,
+    c_kids: &[K],
+    i: usize,
+    p: &Program,
+    p_kids: &[K],
+) -> Option<Bound<K>> {
+    let shifted = windowed(c, &c.operands[i], p)?;
+    let same = |a: Axis| a;
+    let producer = Merged {
+        p: &shifted,
+        kids: p_kids,
+        axis: &same,
+    };
+    let consumer = Merged {
+        p: c,
+        kids: c_kids,
+        axis: &same,
+    };
+    fused(c.domain.clone(), c.reduce.clone(), &producer, &consumer, i)
+}
+
+/// Elementwise `p` rewritten over `c`'s space (every axis a domain axis, so that its accesses
+/// and coordinates name `c`'s axes), as `c` reads its result through `access`: see
+/// [`inline_windowed`]. `None` unless `p` has no reduce axes and every axis of its result
+/// meets one axis of `access` of the same extent.
+fn windowed(c: &Program, access: &Access, p: &Program) -> Option<Program> {
+    if !p.reduce.is_empty() || p.outputs.len() != 1 {
+        return None;
+    }
+    let out = &p.outputs[0].access;
+    if out.axes.len() != access.axes.len() {
+        return None;
+    }
+    // each producer axis: the consumer axis it becomes and the window's start and length
+    let mut onto: Vec<Option<(u8, u32, u32)>> = vec![None; p.domain.len()];
+    for (&pa, &ca) in out.axes.iter().zip(&access.axes) {
+        let (k, to) = match (pa, ca) {
+            (Axis::Space(k), Axis::Space(a)) => (k, (a, 0, c.extent(a as usize) as u32)),
+            (Axis::Space(k), Axis::Shifted { k: a, by, len }) => (k, (a, by, len)),
+            (Axis::Space(k), Axis::One | Axis::Collapsed(_)) if p.domain[k as usize] == 1 => {
+                continue;
+            }
+            (Axis::One, Axis::Space(_) | Axis::One | Axis::Collapsed(_)) => continue,
+            _ => return None,
+        };
+        if p.domain[k as usize] != to.2 as usize || onto[k as usize].replace(to).is_some() {
+            return None;
+        }
+    }
+    if (0..p.domain.len()).any(|k| onto[k].is_none() && p.domain[k] != 1) {
+        return None;
+    }
+    let windows: Vec<(u8, u32, u32)> = onto
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|&(a, by, len)| by != 0 || len as usize != c.extent(a as usize))
+        .collect();
+    if windows
+        .iter()
+        .any(|&(a, ..)| c.extent(a as usize) > EXACT_COORD)
+    {
+        return None;
+    }
+    let rename = |x: Axis| -> Option<Axis> {
+        Some(match x {
+            Axis::Space(k) => match onto[k as usize] {
+                Some((a, 0, len)) if len as usize == c.extent(a as usize) => Axis::Space(a),
+                Some((a, by, len)) => Axis::Shifted { k: a, by, len },
+                None => Axis::One,
+            },
+            Axis::Shifted { k, by, len } => {
+                let (a, at, _) = onto[k as usize]?;
+                Axis::Shifted {
+                    k: a,
+                    by: at + by,
+                    len,
+                }
+            }
+            other => other,
+        })
+    };
+    let mut q = Program::over(
+        (0..c.space_len()).map(|k| c.extent(k)).collect(),
+        Vec::new(),
+    );
+    for acc in &p.operands {
+        let axes = acc.axes.iter().map(|&x| rename(x)).collect::<Option<_>>()?;
+        q.operands.push(Access {
+            dtype: acc.dtype,
+            axes,
+        });
+    }
+    // p's instruction i is q's instruction index[i]
+    let mut index: Vec<u32> = Vec::with_capacity(p.insts.len());
+    for inst in &p.insts {
+        let at = match inst {
+            Inst::Coord(k) => match onto[*k as usize] {
+                Some((a, 0, _)) => q.push(Inst::Coord(a)),
+                Some((a, by, _)) => {
+                    let at = q.push(Inst::Coord(a));
+                    let by = q.push(Inst::Const((by as f32).to_bits()));
+                    q.push(Inst::Map(Scalar::Op(Op::Sub), vec![at, by]))
+                }
+                None => q.push(Inst::Const(0f32.to_bits())),
+            },
+            Inst::Map(f, args) => {
+                let args = args.iter().map(|&x| index[x as usize]).collect();
+                q.push(Inst::Map(*f, args))
+            }
+            other => q.push(other.clone()),
+        };
+        index.push(at);
+    }
+    let value = index[p.outputs[0].value as usize];
+    let guards: Vec<Axis> = windows
+        .iter()
+        .map(|&(k, by, len)| Axis::Shifted { k, by, len })
+        .collect();
+    let value = q.guarded(value, &guards);
+    q.outputs.push(Output {
+        value,
+        access: Access {
+            dtype: p.outputs[0].access.dtype,
+            axes: (0..q.domain.len()).map(|k| Axis::Space(k as u8)).collect(),
+        },
+    });
+    Some(q)
 }
 
 /// `p` simplified (see [`Program::simplified`]) with the operand keys `kids` it keeps.
@@ -872,15 +1213,9 @@ fn operand_count<K: Copy + Eq + std::hash::Hash>(
 ) -> usize {
     let mut keys: rustc_hash::FxHashSet<(K, Access)> = Default::default();
     let mut add = |m: &Merged<K>, o: usize| {
-        let acc = &m.p.operands[o];
-        let axes = acc.axes.iter().map(|&a| (m.axis)(a)).collect();
-        keys.insert((
-            m.kids[o],
-            Access {
-                dtype: acc.dtype,
-                axes,
-            },
-        ));
+        if let Some(acc) = m.p.operands[o].renamed(m.axis) {
+            keys.insert((m.kids[o], acc));
+        }
     };
     let c_loads = consumer
         .p
@@ -968,11 +1303,10 @@ impl<'a, K: Copy + Eq + std::hash::Hash> Merge<'a, K> {
         let new = match &src.p.insts[i] {
             Inst::Load(o) if let Some(&(_, to)) = src.replace.iter().find(|(t, _)| t == o) => to,
             Inst::Load(o) => {
-                let acc = &src.p.operands[*o as usize];
-                let acc = Access {
-                    dtype: acc.dtype,
-                    axes: acc.axes.iter().map(|&a| (src.axis)(a)).collect(),
-                };
+                // callers check that every access renames (`inline`, `merge_siblings`)
+                let acc = src.p.operands[*o as usize]
+                    .renamed(src.axis)
+                    .expect("the access renames");
                 let key = (src.kids[*o as usize], acc);
                 let slot = match self.operand_memo.get(&key) {
                     Some(&s) => s,
@@ -1080,13 +1414,23 @@ pub fn merge_siblings<K: Copy + Eq + std::hash::Hash>(
         Axis::Space(k) => onto[k as usize].map_or(Axis::One, Axis::Space),
         other => other,
     };
+    // `b` reads `a`'s outputs where `a` writes them, not through windows, and its windowed
+    // operands keep their axes
+    if reads
+        .iter()
+        .any(|&(o, _)| pb.operands[o as usize].is_shifted())
+        || pb.operands.iter().any(|acc| acc.renamed(&b_axis).is_none())
+    {
+        return None;
+    }
     // where `b` reads output `j`, it reads the point `a` writes (extent-1 axes alike)
     let point = |acc: &Access, axis: &dyn Fn(Axis) -> Axis| -> Vec<Option<Axis>> {
         acc.axes
             .iter()
             .map(|&x| match axis(x) {
                 Axis::Space(k) => Some(Axis::Space(k)),
-                Axis::One | Axis::Collapsed(_) => None,
+                // not a read of `a`'s outputs (checked above)
+                Axis::Shifted { .. } | Axis::One | Axis::Collapsed(_) => None,
             })
             .collect()
     };
@@ -1180,6 +1524,9 @@ struct LineUp {
 /// fresh reduce axes when every consumer axis is already a producer domain axis (a per-row
 /// epilogue). When both programs reduce, the producer's reduce axes become the consumer's.
 fn line_up(consumer: &Program, access: &Access, producer: &Program) -> Option<LineUp> {
+    if access.is_shifted() {
+        return None;
+    }
     let (p_d, p_r) = (producer.domain.len(), producer.reduce.len());
     let (c_d, c_r) = (consumer.domain.len(), consumer.reduce.len());
     let mut sigma: Vec<Option<Axis>> = vec![None; p_d + p_r];
@@ -1209,6 +1556,8 @@ fn line_up(consumer: &Program, access: &Access, producer: &Program) -> Option<Li
             }
             (Axis::Collapsed(r), _) => hints.push((r as usize, j)),
             (Axis::One, _) => {}
+            // outputs are not windowed (`Program::check`)
+            (Axis::Shifted { .. }, _) => return None,
         }
     }
     for (k, s) in sigma.iter_mut().enumerate().take(p_d) {

@@ -49,11 +49,41 @@ pub fn program_of(g: &Graph, node: &ENode, consumer: bool) -> Option<Bound<Id>> 
                 | Op::Squeeze
                 | Op::BroadcastTo
                 | Op::Reshape => view_program(&kid_ty(0), &out(g), node).and_then(bound),
+                // read through windows by the consumer they are fused into; on their own they
+                // stay copies (whose parts lowering can write in place). A part that is a
+                // reshape of a permuted tensor can need a copy, which a concat's lowering makes
+                // straight into the part; read through a window, it would be copied first.
+                Op::Concat | Op::SliceGrad if node.kids.iter().any(|&k| copied_reshape(g, k)) => {
+                    None
+                }
+                Op::Concat => {
+                    Program::concat(&out(g), &inputs, attrs.of(key::AXIS)).and_then(bound)
+                }
+                Op::SliceGrad if attrs.of(key::STEP) == 1 => Program::padded(
+                    &out(g),
+                    &inputs[0],
+                    attrs.of(key::AXIS),
+                    attrs.of(key::START),
+                )
+                .and_then(bound),
                 _ => None,
             }
         }
         _ => None,
     }
+}
+
+/// Whether class `c` holds a reshape of a permuted or transposed tensor (which lowering may
+/// have to copy: `layout::View::reshape`).
+fn copied_reshape(g: &Graph, c: Id) -> bool {
+    let is = |c: Id, ops: &[Op]| {
+        g[c].nodes
+            .iter()
+            .any(|n| matches!(&n.head, Head::Op(op, _) if ops.contains(op)))
+    };
+    g[c].nodes.iter().any(|n| {
+        matches!(&n.head, Head::Op(Op::Reshape, _)) && is(n.kids[0], &[Op::Permute, Op::Transpose])
+    })
 }
 
 /// [`program_of`] borrowing a kernel's own program rather than copying it.
@@ -388,6 +418,8 @@ fn fusible_size(node: &ENode, consumer: bool) -> Option<usize> {
                     | Op::Squeeze
                     | Op::BroadcastTo
                     | Op::Reshape
+                    | Op::Concat
+                    | Op::SliceGrad
             );
             (as_consumer || (!consumer && as_producer)).then_some(1 + node.kids.len())
         }

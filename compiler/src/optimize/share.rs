@@ -121,6 +121,12 @@ impl Keys {
                 .iter()
                 .map(|a| match *a {
                     Axis::Space(k) => place(k as usize).map_or(Axis::One, |n| Axis::Space(n as u8)),
+                    // a window keeps its place, start and length (a shifted load is another value)
+                    Axis::Shifted { k, by, len } => Axis::Shifted {
+                        k: place(k as usize).map_or(u8::MAX, |n| n as u8),
+                        by,
+                        len,
+                    },
                     _ => Axis::One,
                 })
                 .collect(),
@@ -167,10 +173,13 @@ fn full_space(p: &Program) -> Vec<bool> {
     let mut axes: Vec<u64> = Vec::with_capacity(p.insts.len());
     for inst in &p.insts {
         let m = match inst {
-            Inst::Load(o) => p.operands[*o as usize].axes.iter().fold(0, |m, a| match a {
-                Axis::Space(k) => m | 1 << k,
-                _ => m,
-            }),
+            Inst::Load(o) => p.operands[*o as usize]
+                .axes
+                .iter()
+                .fold(0, |m, a| match a.space() {
+                    Some(k) => m | 1 << k,
+                    None => m,
+                }),
             Inst::Coord(k) => 1 << k,
             Inst::Map(_, args) => args.iter().fold(0, |m, &x| m | axes[x as usize]),
             Inst::Const(_) | Inst::Reduced(_) => 0,
