@@ -825,9 +825,8 @@ impl Program {
 
     /// This program with operand `i` replaced by a literal or an `iota` coordinate (the operand
     /// is removed; later operands move down by one). For an iota of rank `rank` along `axis`,
-    /// the coordinate is the space axis that indexes that tensor axis.
-    /// An operand read through windows gives the value inside them and +0.0 outside, as its
-    /// loads did.
+    /// the coordinate is the space axis that indexes that tensor axis. An operand read through
+    /// windows gives the value inside them and +0.0 outside, as its loads did.
     pub fn substitute(&self, i: usize, arg: &Arg) -> Program {
         if matches!(arg, Arg::Operand(_)) {
             return self.clone();
@@ -842,19 +841,13 @@ impl Program {
             let at = match inst {
                 Inst::Load(o) if *o as usize == i => {
                     let value = match *arg {
+                        Arg::Const(v) => p.push(Inst::Const(v.to_bits())),
                         Arg::Coord { axis, .. } => match axes[axis] {
                             Axis::Space(k) => p.push(Inst::Coord(k)),
-                            Axis::Shifted { k, by, .. } => {
-                                let at = p.push(Inst::Coord(k));
-                                let by = p.push(Inst::Const((by as f32).to_bits()));
-                                p.push(Inst::Map(Scalar::Op(Op::Sub), vec![at, by]))
-                            }
+                            Axis::Shifted { k, by, .. } => p.shifted_coord(k, by),
                             _ => p.push(Inst::Const(0f32.to_bits())),
                         },
-                        _ => match arg {
-                            Arg::Const(v) => p.push(Inst::Const(v.to_bits())),
-                            _ => unreachable!("operands returned above"),
-                        },
+                        Arg::Operand(_) => unreachable!("returned above"),
                     };
                     p.guarded(value, &axes)
                 }
@@ -876,6 +869,16 @@ impl Program {
         }
         p.operands.remove(i);
         p
+    }
+
+    /// The coordinate along space axis `k` less `by` (a window's start), as f32.
+    fn shifted_coord(&mut self, k: u8, by: u32) -> u32 {
+        let at = self.push(Inst::Coord(k));
+        if by == 0 {
+            return at;
+        }
+        let by = self.push(Inst::Const((by as f32).to_bits()));
+        self.push(Inst::Map(Scalar::Op(Op::Sub), vec![at, by]))
     }
 
     /// `value` where every window of `axes` ([`Axis::Shifted`]) holds the current point, +0.0
@@ -967,8 +970,21 @@ pub fn inline<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
     if p.outputs.len() != 1 || p.phases.len() + c.phases.len() > MAX_PHASES {
         return None;
     }
+    let same = |a: Axis| a;
     if c.operands[i].is_shifted() {
-        return inline_windowed(c, c_kids, i, p, p_kids);
+        // the producer moved into the consumer's space, its axes already the consumer's
+        let shifted = windowed(c, &c.operands[i], p)?;
+        let producer = Merged {
+            p: &shifted,
+            kids: p_kids,
+            axis: &same,
+        };
+        let consumer = Merged {
+            p: c,
+            kids: c_kids,
+            axis: &same,
+        };
+        return fused(c.domain.clone(), c.reduce.clone(), &producer, &consumer, i);
     }
     let plan = line_up(c, &c.operands[i], p)?;
     let p_axis = |a: Axis| match a {
@@ -1049,35 +1065,11 @@ fn fused<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
     Some(result)
 }
 
-/// [`inline`] through a windowed access: the consumer reads the producer's result through
-/// windows ([`Axis::Shifted`]), so the producer (an elementwise program) runs at the consumer's
-/// points shifted back by each window's start, reads its own operands through the same windows,
-/// and gives +0.0 outside them, as a load through the window would.
-fn inline_windowed<K: Copy + Eq + std::hash::Hash + std::fmt::Debug>(
-    c: &Program,
-    c_kids: &[K],
-    i: usize,
-    p: &Program,
-    p_kids: &[K],
-) -> Option<Bound<K>> {
-    let shifted = windowed(c, &c.operands[i], p)?;
-    let same = |a: Axis| a;
-    let producer = Merged {
-        p: &shifted,
-        kids: p_kids,
-        axis: &same,
-    };
-    let consumer = Merged {
-        p: c,
-        kids: c_kids,
-        axis: &same,
-    };
-    fused(c.domain.clone(), c.reduce.clone(), &producer, &consumer, i)
-}
-
 /// Elementwise `p` rewritten over `c`'s space (every axis a domain axis, so that its accesses
-/// and coordinates name `c`'s axes), as `c` reads its result through `access`: see
-/// [`inline_windowed`]. `None` unless `p` has no reduce axes and every axis of its result
+/// and coordinates name `c`'s axes), as `c` reads its result through `access`, which has
+/// windows ([`Axis::Shifted`]): `p` runs at `c`'s points shifted back by each window's start,
+/// reads its own operands through the same windows, and gives +0.0 outside them, as a load
+/// through the window would. `None` unless `p` has no reduce axes and every axis of its result
 /// meets one axis of `access` of the same extent.
 fn windowed(c: &Program, access: &Access, p: &Program) -> Option<Program> {
     if !p.reduce.is_empty() || p.outputs.len() != 1 {
@@ -1106,16 +1098,17 @@ fn windowed(c: &Program, access: &Access, p: &Program) -> Option<Program> {
     if (0..p.domain.len()).any(|k| onto[k].is_none() && p.domain[k] != 1) {
         return None;
     }
-    let windows: Vec<(u8, u32, u32)> = onto
+    // the windows narrower than the consumer's axis, which the result is guarded by
+    let windows: Vec<Axis> = onto
         .iter()
         .flatten()
-        .copied()
-        .filter(|&(a, by, len)| by != 0 || len as usize != c.extent(a as usize))
+        .filter(|&&(a, by, len)| by != 0 || len as usize != c.extent(a as usize))
+        .map(|&(k, by, len)| Axis::Shifted { k, by, len })
         .collect();
-    if windows
-        .iter()
-        .any(|&(a, ..)| c.extent(a as usize) > EXACT_COORD)
-    {
+    if windows.iter().any(|a| {
+        a.space()
+            .is_some_and(|k| c.extent(k as usize) > EXACT_COORD)
+    }) {
         return None;
     }
     let rename = |x: Axis| -> Option<Axis> {
@@ -1152,12 +1145,7 @@ fn windowed(c: &Program, access: &Access, p: &Program) -> Option<Program> {
     for inst in &p.insts {
         let at = match inst {
             Inst::Coord(k) => match onto[*k as usize] {
-                Some((a, 0, _)) => q.push(Inst::Coord(a)),
-                Some((a, by, _)) => {
-                    let at = q.push(Inst::Coord(a));
-                    let by = q.push(Inst::Const((by as f32).to_bits()));
-                    q.push(Inst::Map(Scalar::Op(Op::Sub), vec![at, by]))
-                }
+                Some((a, by, _)) => q.shifted_coord(a, by),
                 None => q.push(Inst::Const(0f32.to_bits())),
             },
             Inst::Map(f, args) => {
@@ -1168,12 +1156,7 @@ fn windowed(c: &Program, access: &Access, p: &Program) -> Option<Program> {
         };
         index.push(at);
     }
-    let value = index[p.outputs[0].value as usize];
-    let guards: Vec<Axis> = windows
-        .iter()
-        .map(|&(k, by, len)| Axis::Shifted { k, by, len })
-        .collect();
-    let value = q.guarded(value, &guards);
+    let value = q.guarded(index[p.outputs[0].value as usize], &windows);
     q.outputs.push(Output {
         value,
         access: Access {
