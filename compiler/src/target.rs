@@ -392,8 +392,8 @@ impl Rates {
                     tflops: 156.75,
                     split_penalty: 1.1,
                 },
-                // two stages: 113.8 against one stage's 109.0 at 4096^3, and 2-4% faster on
-                // every GPT-2-small shape (BENCHMARKS.md, "The paired epilogue withdrawn")
+                // two stages, which measured faster than one on every shape (BENCHMARKS.md,
+                // "The paired epilogue withdrawn, two-stage slabs measured")
                 MatmulRate {
                     tile: Tile {
                         stages: 2,

@@ -26,9 +26,10 @@
 //! **Epilogue.** A cooperative matrix's elements cannot be addressed, so each accumulator
 //! leaves through workgroup memory: every subgroup stores 16 × 16 tiles to its own `f32`
 //! scratch, and its 32 invocations apply the epilogue to eight elements of each and store them,
-//! masked at the output's edges; a barrier after the stores and one after the reads. (Two
-//! scratch tiles per subgroup, two accumulators per barrier pair, gained nothing on the 128 ×
-//! 128 and 128 × 256 blocks and cost the 64 × 128 block up to half its rate: BENCHMARKS.md.) The epilogue and the output's dtype are the FMA kernel's.
+//! masked at the output's edges; a barrier after the stores and one after the reads. One
+//! scratch tile, not two passing two accumulators per barrier pair: the second tile costs the
+//! smaller blocks occupancy (BENCHMARKS.md, "The paired epilogue withdrawn"). The epilogue and
+//! the output's dtype are the FMA kernel's.
 //!
 //! **Indices.** Every arena read is clamped into the operand and every store masked, and every
 //! workgroup and register index is bounded by the tile's constants, so the kernel declares
