@@ -71,24 +71,23 @@ pub fn merge_axes(k: &FusedKernel, a: usize) -> Option<FusedKernel> {
             .any(|x| matches!(x, Axis::Shifted { k, .. } if *k as usize == a || *k as usize == b))
     };
     let mergeable = !reads_coords
+        && !tensors.iter().any(|(acc, _)| windowed(acc))
         && tensors.iter().all(|(acc, view)| {
-            !windowed(acc) && {
-                let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
-                let one_run = match (at(a), at(b)) {
-                    (None, None) => true,
-                    (Some(ja), Some(jb)) => {
-                        jb == ja + 1
-                            && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
-                    }
-                    // an outer axis of extent 1 is coordinate 0 however a tensor reads it
-                    _ => extent(a) == 1,
-                };
-                one_run
-                    && !acc
-                        .axes
-                        .iter()
-                        .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
-            }
+            let at = |axis: usize| acc.axes.iter().position(|x| *x == Axis::Space(axis as u8));
+            let one_run = match (at(a), at(b)) {
+                (None, None) => true,
+                (Some(ja), Some(jb)) => {
+                    jb == ja + 1
+                        && (extent(a) == 1 || view.strides[ja] == extent(b) * view.strides[jb])
+                }
+                // an outer axis of extent 1 is coordinate 0 however a tensor reads it
+                _ => extent(a) == 1,
+            };
+            one_run
+                && !acc
+                    .axes
+                    .iter()
+                    .any(|x| matches!(x, Axis::Collapsed(c) if collapsed(*c)))
         });
     if !mergeable {
         return None;
