@@ -17,7 +17,9 @@
 //! PyTorch's autocast runs SDPA in `f16` with `f32` accumulation, which is no more precise, and
 //! kept in `f16` the attention's casts stand between the optimizer's attention rules and the
 //! flash kernels (measured on GPT-2-small's layer, compile only: the optimizer then kept score
-//! matrices). The flash kernels' tensor-core forms round their operands to `f16` themselves. Every output and
+//! matrices). The flash kernels the attention rules find read those operands from the `f16`
+//! products, not from the casts (`optimize::attention`'s `widened`: exact, so the casts cost
+//! nothing), and their tensor-core forms round what they multiply to `f16` themselves. Every output and
 //! assigned value keeps its dtype (cast back where its op now runs in `f16`), so the program's
 //! interface does not change. Autodiff then makes the backward: the gradient of an `f16` value is
 //! `f16`, and a param's gradient reaches it through the cast as `f32`.

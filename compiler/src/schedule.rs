@@ -239,11 +239,11 @@ impl Lowering<'_> {
 
     /// Whether `node`'s kernel reads and writes f32 only, so that f16 operands and results pass
     /// through f32 copies ([`Lowering::lower_widened`]): convolution, pooling, gathers, their
-    /// backward kernels and the flash kernels. Fused kernels and matmuls read and write f16
-    /// themselves.
+    /// backward kernels. Fused kernels and matmuls read and write f16 themselves, and the flash
+    /// kernels read f16 operands (their results are f32).
     fn needs_f32(&self, node: &KNode) -> bool {
         let kernel_is_f32 = match &node.op {
-            KernelOp::Flash(_) => true,
+            KernelOp::Flash(_) => false,
             KernelOp::Epilogue(anchor, ..) => *anchor != Op::Matmul,
             KernelOp::Fused(_) => false,
             KernelOp::Ir(op, _) => matches!(

@@ -421,3 +421,66 @@ fn tensor_cores_price_their_kernels() {
         );
     }
 }
+
+/// Attention on `f16` values as autocast writes it: `[B, S, H, D]` products cast to `f32`
+/// under heads-first views, and the output rounded to `f16` after its merged view. The flash
+/// kernels read `q`, `k`, `v` and `dO` from the `f16` values (views rebuilt over them), not
+/// from the casts, and the graph computes what the source computes: within an `f16` rounding
+/// step, since the kernels' f64 semantics and the interpreter's f32 arithmetic may round an
+/// output element of attention to neighbouring `f16` numbers.
+#[test]
+fn f16_operands_through_casts() {
+    let src = "graph t {
+  input x: f16[2, 7, 2, 4]
+  param kx: f16[2, 11, 2, 4] = normal(seed=1)
+  param vx: f16[2, 11, 2, 6] = normal(seed=2)
+  input w: f16[2, 7, 12]
+  q = permute(cast(x, dtype=\"f32\"), perm=[0, 2, 1, 3])
+  k = permute(cast(kx, dtype=\"f32\"), perm=[0, 2, 1, 3])
+  v = permute(cast(vx, dtype=\"f32\"), perm=[0, 2, 1, 3])
+  o = attention(q, k, v, causal=true)
+  merged = cast(reshape(permute(o, perm=[0, 2, 1, 3]), shape=[2, 7, 12]), dtype=\"f16\")
+  loss = sum(cast(mul(merged, w), dtype=\"f32\"))
+  dx, dk, dv = grad(loss, x, kx, vx)
+  output loss, o, dx, dk, dv
+}
+";
+    let g = program(src);
+    let mut rng = Rng(0xa77e);
+    let (feed, persistent) = inputs(&g, &mut rng);
+    let want = interp(&g, &feed, &persistent).expect("the source evaluates");
+    let (kg, report) = optimize(&g, &config(AttentionPolicy::Flash, Choices::default()));
+    let mut all = ALL.to_vec();
+    all.sort();
+    assert_eq!(flash_kinds(&kg), all, "{report}");
+    for node in &kg.nodes {
+        let KernelOp::Flash(spec) = &node.op else {
+            continue;
+        };
+        let operands = if spec.kind == FlashKind::Forward {
+            3
+        } else {
+            4
+        };
+        for &v in &node.inputs[..operands] {
+            assert_eq!(
+                kg.ty(v).dtype,
+                sinter_ir::DType::F16,
+                "{:?} reads `{}` as {:?}\n{report}",
+                spec.kind,
+                kg.name_of(v),
+                kg.ty(v)
+            );
+        }
+    }
+    let got = evaluate(&kg, &feed, &persistent).expect("the optimized graph evaluates");
+    for ((name, a), (_, w)) in got.outputs.iter().zip(&want.outputs) {
+        assert_eq!(a.ty, w.ty, "{name}");
+        let scale = w.data.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        let worst = (a.data.iter().zip(&w.data)).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            worst <= 1e-3 * scale,
+            "{name}: {worst:e} of {scale:e}\n got {a}\n want {w}"
+        );
+    }
+}

@@ -118,6 +118,7 @@ fn dscore(batch: &[usize], sq: usize, sk: usize, scale: f32, mask: Mask) -> Prog
     p
 }
 
+#[derive(Clone)]
 struct Case {
     batch: Vec<usize>,
     sq: usize,
@@ -127,6 +128,9 @@ struct Case {
     mask: Mask,
     /// k and v shared by every head (broadcast over batch axis 1).
     shared_kv: bool,
+    /// The dtype of `q`, `k`, `v` and `dO` (`f16`: the operands autocast gives attention,
+    /// which the kernels read from `f16` storage).
+    operands: DType,
 }
 
 impl Case {
@@ -147,6 +151,15 @@ impl Case {
             dv,
             mask,
             shared_kv,
+            operands: DType::F32,
+        }
+    }
+
+    /// The case with `f16` operands.
+    fn in_f16(self) -> Case {
+        Case {
+            operands: DType::F16,
+            ..self
         }
     }
 }
@@ -203,17 +216,21 @@ fn flash_graph(case: &Case, kind: FlashKind) -> KernelGraph {
         s.extend([rows, cols]);
         TensorType::f32(s)
     };
+    let operand = |rows: usize, cols: usize, shared: bool| TensorType {
+        dtype: case.operands,
+        ..f(rows, cols, shared)
+    };
     let mut kg = KernelGraph {
         name: "flash".into(),
         ..KernelGraph::default()
     };
-    let q = value(&mut kg, "q", f(case.sq, case.d, false));
-    let k = value(&mut kg, "k", f(case.sk, case.d, case.shared_kv));
-    let v = value(&mut kg, "v", f(case.sk, case.dv, case.shared_kv));
+    let q = value(&mut kg, "q", operand(case.sq, case.d, false));
+    let k = value(&mut kg, "k", operand(case.sk, case.d, case.shared_kv));
+    let v = value(&mut kg, "v", operand(case.sk, case.dv, case.shared_kv));
     let mut inputs = vec![q, k, v];
     let backward = kind != FlashKind::Forward;
     if backward {
-        inputs.push(value(&mut kg, "do", f(case.sq, case.dv, false)));
+        inputs.push(value(&mut kg, "do", operand(case.sq, case.dv, false)));
         inputs.push(value(&mut kg, "lse", f(case.sq, 1, false)));
         inputs.push(value(&mut kg, "delta", f(case.sq, 1, false)));
     }
@@ -392,6 +409,48 @@ fn backward_whole() {
     }
 }
 
+/// Every kernel on `f16` operands (`q`, `k`, `v` and `dO`, as autocast gives attention): the
+/// kernels read them from `f16` storage and widen them as they load, exactly, so the results
+/// are the semantics' on the same numbers, and no copy to `f32` runs first.
+#[test]
+fn f16_operands() {
+    let options = sinter_compiler::Options::default();
+    // no mask, an additive mask, shared keys and values, head widths that end inside a quad
+    let cases = cases();
+    for case in [0, 4, 5, 8].map(|i| cases[i].clone().in_f16()) {
+        for kind in ALL_KINDS {
+            let artifact =
+                sinter_compiler::compile_kernel_graph(&flash_graph(&case, kind), &options)
+                    .unwrap_or_else(|e| panic!("compile: {e}"));
+            let patterns: Vec<&str> = artifact
+                .kernels
+                .iter()
+                .map(|k| k.pattern.as_str())
+                .collect();
+            assert!(
+                patterns
+                    .iter()
+                    .all(|p| p.starts_with("flash") || *p == "flash_dq_sum"),
+                "{kind:?}: {patterns:?}"
+            );
+            let flash = &artifact.kernels[0];
+            assert!(
+                flash.wgsl.contains("array<f16>"),
+                "{kind:?} reads no f16 arena"
+            );
+            check(&case, kind);
+        }
+    }
+}
+
+/// The kinds of flash kernel.
+const ALL_KINDS: [FlashKind; 4] = [
+    FlashKind::Forward,
+    FlashKind::BackwardDq,
+    FlashKind::BackwardDkDv,
+    FlashKind::Backward,
+];
+
 /// The kernels of every tensor-core test below compile and naga validates them, on any
 /// machine; where the adapter lacks cooperative matrices (Mesa's software Vulkan, so CI),
 /// loading refuses them by the feature's name.
@@ -438,6 +497,8 @@ fn tensor_cores() {
                 case.mask, case.sq, case.sk, case.d, case.dv
             );
             check_special(case, kind, &options, &choice, &[]);
+            let half = case.clone().in_f16();
+            check_special(&half, kind, &options, &choice, &[]);
         }
     }
 }
@@ -662,7 +723,9 @@ fn special_values() {
         FlashKind::Backward,
     ];
     let options = sinter_compiler::Options::default();
-    special_values_under(&options, &choice, [16, 16, 8], 16, &backward);
+    for operands in [DType::F32, DType::F16] {
+        special_values_under(&options, &choice, [16, 16, 8], 16, &backward, operands);
+    }
 }
 
 /// [`special_values`] on the tensor-core forms (head dims they take; no whole backward): the
@@ -672,25 +735,36 @@ fn special_values() {
 fn special_values_on_tensor_cores() {
     let choice = adapter_with_tensor_cores();
     let options = tensor_core_options();
-    special_values_under(&options, &choice, [32, 32, 32], 32, &TENSOR_CORE_BACKWARD);
-    // the forward's key and value blocks in turn, the backward's walked blocks of 32
-    special_values_under(
-        &options,
-        &choice,
-        [128, 128, 128],
-        128,
-        &TENSOR_CORE_BACKWARD,
-    );
+    for operands in [DType::F32, DType::F16] {
+        special_values_under(
+            &options,
+            &choice,
+            [32, 32, 32],
+            32,
+            &TENSOR_CORE_BACKWARD,
+            operands,
+        );
+        // the forward's key and value blocks in turn, the backward's walked blocks of 32
+        special_values_under(
+            &options,
+            &choice,
+            [128, 128, 128],
+            128,
+            &TENSOR_CORE_BACKWARD,
+            operands,
+        );
+    }
 }
 
 /// [`special_values`] compiled with `options`: the forward of three cases (head dims
-/// `forward`) and the `backward` kernels (head dim `d`).
+/// `forward`) and the `backward` kernels (head dim `d`), on operands of `operands`.
 fn special_values_under(
     options: &sinter_compiler::Options,
     choice: &AdapterChoice,
     forward: [usize; 3],
     d: usize,
     backward: &[FlashKind],
+    operands: DType,
 ) {
     let c = |sq, sk, d, mask| Case {
         batch: vec![1, 2],
@@ -700,6 +774,7 @@ fn special_values_under(
         dv: d,
         mask,
         shared_kv: false,
+        operands,
     };
     for case in [
         c(300, 300, forward[0], Mask::Causal),
@@ -797,6 +872,7 @@ fn backward_whole_walks_key_blocks() {
         dv: d,
         mask,
         shared_kv: false,
+        operands: DType::F32,
     };
     for case in [
         c(vec![1, 2], 300, 300, 16, Mask::Causal),
@@ -843,6 +919,7 @@ fn other_tilings() {
                 dv: d,
                 mask,
                 shared_kv: false,
+                operands: DType::F32,
             });
         }
     }
@@ -854,6 +931,7 @@ fn other_tilings() {
         dv,
         mask,
         shared_kv,
+        operands: DType::F32,
     };
     cases.extend([
         c(17, 129, 64, 64, Mask::Causal, false),

@@ -228,3 +228,63 @@ fn the_mixed_gpt_step_reads_its_residual_stream_stored() {
         );
     }
 }
+
+/// Autocast gives attention its operands as casts of `f16` products to `f32`; the flash
+/// kernels the attention rules find read those products from `f16` storage instead (a
+/// cast to `f32` is exact, and the kernels widen as they load), so no kernel copies them to
+/// `f32` first. Compiled only; `flash_kernels::f16_operands` checks such kernels' values.
+#[test]
+fn the_mixed_gpt_step_feeds_attention_f16_operands() {
+    use sinter_cli::gpt::{GptConfig, program};
+    use sinter_compiler::flash::FlashKind;
+    use sinter_compiler::kgraph::KernelOp;
+    use sinter_ir::DType;
+    let c = GptConfig {
+        layers: 2,
+        width: 64,
+        heads: 2,
+        context: 32,
+        batch: 2,
+        vocab: 128,
+    };
+    let step = autocast(&parse(&program(&c))).expect("autocasts");
+    let step = add_loss_scaling(&step, &LossScale::default()).expect("scales");
+    let prepared = sinter_ir::expand::expand_composites(&step);
+    let prepared = sinter_compiler::autodiff::differentiate(&prepared)
+        .expect("differentiates")
+        .graph;
+    let prepared = sinter_ir::decompose::decompose(&prepared);
+    let (kg, _) = sinter_compiler::optimize::optimize(&prepared, &Default::default());
+    let mut kinds = Vec::new();
+    for node in &kg.nodes {
+        let KernelOp::Flash(spec) = &node.op else {
+            continue;
+        };
+        // q, k, v, and the backward's dO
+        let operands = if spec.kind == FlashKind::Forward {
+            3
+        } else {
+            4
+        };
+        for &v in &node.inputs[..operands] {
+            assert_eq!(
+                kg.ty(v).dtype,
+                DType::F16,
+                "{:?} reads {}",
+                spec.kind,
+                kg.name_of(v)
+            );
+        }
+        kinds.push(spec.kind);
+    }
+    assert!(kinds.contains(&FlashKind::Forward), "{kinds:?}");
+    assert!(kinds.len() > c.layers, "no backward kernels: {kinds:?}");
+    let artifact = sinter_compiler::compile(&step, &Default::default())
+        .expect("compiles")
+        .artifact;
+    let widened: Vec<&String> = (artifact.kernels.iter())
+        .flat_map(|k| &k.ops)
+        .filter(|op| op.ends_with("(f16 operand to f32)"))
+        .collect();
+    assert!(widened.is_empty(), "{widened:?}");
+}

@@ -94,7 +94,8 @@ impl FlashSpec {
         }
     }
 
-    /// The result types, from the input types.
+    /// The result types, from the input types: `f32`, whatever the operands' dtypes (a kernel
+    /// widens `f16` operands as it loads them).
     pub fn output_types(&self, inputs: &[TensorType]) -> Vec<TensorType> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         match self.kind {
@@ -118,11 +119,11 @@ impl FlashSpec {
                 };
                 let mut outs = vec![with(k.shape[k.rank() - 1]), with(v.shape[v.rank() - 1])];
                 if self.kind == FlashKind::Backward {
-                    outs.push(q.clone());
+                    outs.push(TensorType::f32(q.shape.clone()));
                 }
                 outs
             }
-            FlashKind::BackwardDq => vec![q.clone()],
+            FlashKind::BackwardDq => vec![TensorType::f32(q.shape.clone())],
         }
     }
 }

@@ -11,6 +11,16 @@ pub fn eval(spec: &FlashSpec, inputs: &[Tensor]) -> Vec<Tensor> {
     use crate::fused::eval::eval as run;
     use sinter_ir::Attrs;
     use sinter_ir::interp::eval_node;
+    // f16 operands widened, exactly, as the kernels load them
+    let widened: Vec<Tensor> = (inputs.iter())
+        .map(|t| match t.ty.dtype {
+            sinter_ir::DType::F16 => {
+                Tensor::new(TensorType::f32(t.ty.shape.clone()), t.data.clone())
+            }
+            _ => t.clone(),
+        })
+        .collect();
+    let inputs = &widened[..];
     let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
     let space = spec.score.domain.clone();
     let scores_ty = TensorType::f32(space.clone());

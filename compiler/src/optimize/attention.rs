@@ -418,6 +418,66 @@ fn score(g: &Graph, s: Id) -> Option<Score> {
     None
 }
 
+/// Class `c` read from `f16` storage where it is a cast of an `f16` value to `f32` (`c =
+/// cast(x)`, or views of such a cast: the views are rebuilt over `x`), else `c`. A flash kernel
+/// widens an `f16` operand as it loads it, exactly, so the cast needs no kernel of its own:
+/// autocast feeds attention its products through such casts ([`crate::precision`]), and the
+/// gradient of the cast after attention is one before `dO`'s views.
+fn widened(g: &mut Graph, c: Id) -> Id {
+    widened_within(g, c, 4)
+}
+
+/// [`widened`] through at most `views` view nodes.
+fn widened_within(g: &mut Graph, c: Id, views: usize) -> Id {
+    let c = g.find(c);
+    if g[c].data.ty.dtype != DType::F32 {
+        return c;
+    }
+    if let Some(x) = nodes(g, c, Op::Cast)
+        .map(|n| g.find(n.kids[0]))
+        .find(|&x| g[x].data.ty.dtype == DType::F16)
+    {
+        return x;
+    }
+    if views == 0 {
+        return c;
+    }
+    let candidates: Vec<ENode> = (g[c].nodes.iter())
+        .filter(|n| {
+            n.ir().is_some_and(|(op, _)| {
+                matches!(
+                    op,
+                    Op::Reshape
+                        | Op::Permute
+                        | Op::Transpose
+                        | Op::BroadcastTo
+                        | Op::Unsqueeze
+                        | Op::Squeeze
+                )
+            })
+        })
+        .cloned()
+        .collect();
+    for n in candidates {
+        let kid = g.find(n.kids[0]);
+        let inner = widened_within(g, kid, views - 1);
+        if inner != kid {
+            let (op, attrs) = n.ir().expect("a view op");
+            let half = g.add(ENode::op(op, attrs.clone(), vec![inner]));
+            // views commute with the cast: `c = cast(view(x))`, which other kernels (the
+            // attention-delta's row sums of `dO`) may read from `f16` storage too
+            let cast = g.add(ENode::op(
+                Op::Cast,
+                Attrs::new().and(key::DTYPE, DType::F32),
+                vec![half],
+            ));
+            g.union(c, cast);
+            return half;
+        }
+    }
+    c
+}
+
 /// Whether a flash kernel takes these shapes: head dimensions within its limit.
 fn fits(g: &Graph, q: Id, v: Id) -> bool {
     let (qt, vt) = (&g[q].data.ty, &g[v].data.ty);
@@ -437,7 +497,7 @@ fn forward(g: &mut Graph, p: Id, v: Id) -> Option<(Id, Softmax, Score)> {
         score: sc.program.clone(),
         dscore: None,
     };
-    let mut kids = vec![sc.q, sc.k, v];
+    let mut kids = vec![widened(g, sc.q), widened(g, sc.k), widened(g, v)];
     kids.extend(&sc.extras);
     let tuple = g.add(ENode::new(Head::Flash(Interned::new(spec)), kids));
     Some((tuple, sm, sc))
@@ -563,7 +623,14 @@ fn backward(g: &mut Graph, x: Id, kind: FlashKind) -> Option<(Id, Id, Id)> {
         score: sc.program,
         dscore: Some(bw.dscore),
     };
-    let mut kids = vec![sc.q, sc.k, bw.v, bw.d_o, l, delta];
+    let mut kids = vec![
+        widened(g, sc.q),
+        widened(g, sc.k),
+        widened(g, bw.v),
+        widened(g, bw.d_o),
+        l,
+        delta,
+    ];
     kids.extend(&sc.extras);
     kids.extend(&bw.dscore_extras);
     let tuple = g.add(ENode::new(Head::Flash(Interned::new(spec)), kids));

@@ -212,7 +212,7 @@ pub fn emit_scale(e: &mut Emitter, k: &crate::kernel::FlashScale) -> (String, [u
     writeln!(
         s,
         "    if (lid == 0u) {{ {}[{}] = red[0]; }}\n}}",
-        out.arena,
+        out.stored(),
         out.at("wid.y", "0u")
     )
     .unwrap();
@@ -475,7 +475,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
             "if (i < SQ) {{\n{}\n}}",
             own_row(first, rows, &|at, column| format!(
                 "{}[{}] = ss[{at}] / lt;",
-                o.arena,
+                o.stored(),
                 o.at("i", column)
             ))
         )
@@ -484,7 +484,7 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
         1,
         &format!(
             "if (i < SQ && h == 0u) {{ {}[{}] = select(m + log(lt), {NAN}, m == {NEG_INF}); }}",
-            l.arena,
+            l.stored(),
             l.at("i", "0u")
         ),
     );
@@ -1007,7 +1007,7 @@ impl Body {
             format!(
                 "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {first}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]{scale}; }} }}",
                 rows * width / THREADS,
-                out.arena,
+                out.stored(),
                 out.at("row0 + i", "c")
             )
         });

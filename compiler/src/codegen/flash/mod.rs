@@ -66,6 +66,7 @@ use crate::fused::{Inst, Program, Scalar};
 use crate::kernel::Flash;
 use crate::kernel::FusedKernel;
 use crate::layout::View;
+use sinter_ir::artifact::Storage;
 
 pub mod coop;
 
@@ -190,6 +191,9 @@ fn per_row(ra: usize, init: &str) -> String {
 /// strides.
 struct Mat {
     arena: String,
+    /// Whether the arena holds `f16` (an operand read through a cast: loads widen it to `f32`,
+    /// exactly).
+    half: bool,
     base: String,
     batch: Vec<String>,
     row: String,
@@ -203,6 +207,7 @@ impl Mat {
         debug_assert_eq!(r, nb + 2, "{v:?}");
         Mat {
             arena: e.arena(v.buffer),
+            half: e.storage(v.buffer) == Storage::Half,
             base: e.base(v.buffer, v.offset, name),
             batch: (v.strides[..nb].iter().enumerate())
                 .map(|(a, &s)| e.param(s, &format!("{name}.stride[b{a}]")))
@@ -220,9 +225,16 @@ impl Mat {
         )
     }
 
-    /// The element at `[row, col]`.
+    /// The element at `[row, col]`, as `f32`.
     fn load(&self, row: &str, col: &str) -> String {
-        format!("{}[{}]", self.arena, self.at(row, col))
+        let x = format!("{}[{}]", self.arena, self.at(row, col));
+        if self.half { format!("f32({x})") } else { x }
+    }
+
+    /// The arena of a result: results are `f32` ([`crate::flash::FlashSpec::output_types`]).
+    fn stored(&self) -> &str {
+        debug_assert!(!self.half, "a flash kernel's results are f32");
+        &self.arena
     }
 }
 
@@ -1024,7 +1036,7 @@ impl Body {
                 for (k, comp) in COMP.iter().enumerate() {
                     let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
                     let x = format!("{acc}[{}].{comp}", a * nq + q);
-                    let store = store(&out.arena, &out.at("i", &col), &x, a);
+                    let store = store(out.stored(), &out.at("i", &col), &x, a);
                     if QUAD * (txs * q + txs - 1) + k < width {
                         writeln!(t, "    {store}").unwrap();
                     } else {
@@ -1205,7 +1217,7 @@ impl Body {
                 &format!(
                     "{{ let i = row0 + ty + {}u; if (i < SQ && tx == 0u) {{ {}[{}] = select(m[{a}] + log(lt[{a}]), {NAN}, m[{a}] == {NEG_INF}); }} }}",
                     tys * a,
-                    l.arena,
+                    l.stored(),
                     l.at("i", "0u")
                 ),
             );
@@ -1894,6 +1906,7 @@ mod tests {
                     );
                     let m = Mat {
                         arena: String::new(),
+                        half: false,
                         base: String::new(),
                         batch: Vec::new(),
                         row: String::new(),

@@ -11,9 +11,9 @@
 
 use sinter_compiler::optimize::AttentionPolicy;
 use sinter_runtime::Session;
-use sinter_runtime::io::HostTensor;
+use sinter_runtime::io::{HostTensor, TensorData};
 
-use super::{Failure, Json, Output, Rng, choice, f32_data, ms};
+use super::{Failure, Json, Output, Rng, choice, ms};
 use sinter_cli::flags::Attention;
 
 /// What to compile: an `--attention` policy of the optimizer, or no optimizer.
@@ -97,11 +97,27 @@ pub struct AttentionArgs {
     /// Largest arena binding the compiler may plan, in bytes.
     #[arg(long)]
     max_binding: Option<u64>,
+    /// q, k, v, the output and the output gradient in f16, as autocast gives attention in a
+    /// mixed-precision step: the f16 values cast to f32 for `attention`, its output rounded to
+    /// f16; the gradients of the f16 inputs are f16.
+    #[arg(long)]
+    f16: bool,
 }
 
-/// The program: a step's attention forward and backward, `w` standing for `dO`.
-pub fn program(b: usize, h: usize, s: usize, d: usize, causal: bool) -> String {
-    let t = format!("f32[{b}, {h}, {s}, {d}]");
+/// The program: a step's attention forward and backward, `w` standing for `dO`; with `f16`,
+/// on f16 values as autocast writes it (see [`AttentionArgs::f16`]).
+pub fn program(b: usize, h: usize, s: usize, d: usize, causal: bool, f16: bool) -> String {
+    let shape = format!("[{b}, {h}, {s}, {d}]");
+    if f16 {
+        let wide = |x: &str| format!("cast({x}, dtype=\"f32\")");
+        return format!(
+            "graph attention_step {{\n  input q: f16{shape}\n  input k: f16{shape}\n  input v: f16{shape}\n  input w: f16{shape}\n  o = cast(attention({}, {}, {}, causal={causal}), dtype=\"f16\")\n  loss = sum(cast(mul(o, w), dtype=\"f32\"))\n  dq, dk, dv = grad(loss, q, k, v)\n  output o, dq, dk, dv\n}}\n",
+            wide("q"),
+            wide("k"),
+            wide("v")
+        );
+    }
+    let t = format!("f32{shape}");
     format!(
         "graph attention_step {{\n  input q: {t}\n  input k: {t}\n  input v: {t}\n  input w: {t}\n  o = attention(q, k, v, causal={causal})\n  loss = sum(mul(o, w))\n  dq, dk, dv = grad(loss, q, k, v)\n  output o, dq, dk, dv\n}}\n"
     )
@@ -118,8 +134,9 @@ const RESULTS: [&str; 4] = ["o", "dq", "dk", "dv"];
 pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
     let (b, h, d) = (args.batch, args.heads, args.head_dim);
     out.table(&format!(
-        "# attention forward + backward, batch {b}, {h} heads, head dim {d}{}; {} runs each",
+        "# attention forward + backward, batch {b}, {h} heads, head dim {d}{}{}; {} runs each",
         if args.causal { ", causal" } else { "" },
+        if args.f16 { ", f16" } else { "" },
         args.repeats
     ));
     out.table(
@@ -128,7 +145,7 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
     let mut wrong = Vec::new();
     let choice = choice()?;
     for &s in &args.seq {
-        let src = program(b, h, s, d, args.causal);
+        let src = program(b, h, s, d, args.causal, args.f16);
         let graph = sinter_ir::text::parse(&src)
             .map_err(|e| Failure::Error(e.render("attention.sir", &src)))?;
         let mut rng = Rng(s as u64);
@@ -137,8 +154,16 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
         let inputs: Vec<(&str, HostTensor)> = ["q", "k", "v", "w"]
             .into_iter()
             .map(|name| {
-                let data = (0..numel).map(|_| rng.nonzero()).collect();
-                (name, HostTensor::f32(shape.clone(), data))
+                let data: Vec<f32> = (0..numel).map(|_| rng.nonzero()).collect();
+                let t = if args.f16 {
+                    HostTensor::f16(
+                        shape.clone(),
+                        data.into_iter().map(half::f16::from_f32).collect(),
+                    )
+                } else {
+                    HostTensor::f32(shape.clone(), data)
+                };
+                (name, t)
             })
             .collect();
         let feeds: Vec<(&str, &HostTensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
@@ -161,6 +186,7 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
                 ("seq", Json::Int(s as u64)),
                 ("head_dim", Json::Int(d as u64)),
                 ("causal", Json::Bool(args.causal)),
+                ("f16", Json::Bool(args.f16)),
             ];
             let artifact = match sinter_compiler::compile(&graph, &options) {
                 Ok(c) => c.artifact,
@@ -191,10 +217,10 @@ pub fn attention(args: &AttentionArgs, out: &Output) -> Result<(), Failure> {
             let results = session.run_reading(&feeds, &RESULTS)?;
             let values: Vec<Vec<f32>> = RESULTS
                 .iter()
-                .map(|r| {
-                    f32_data(&results, r)
-                        .map(<[f32]>::to_vec)
-                        .unwrap_or_default()
+                .map(|r| match results.get(r).map(|t| &t.data) {
+                    Some(TensorData::F32(v)) => v.clone(),
+                    Some(TensorData::F16(v)) => v.iter().map(|x| x.to_f32()).collect(),
+                    _ => Vec::new(),
                 })
                 .collect();
             let diff = match &reference {
