@@ -525,6 +525,18 @@ impl Flash {
         v.extend(self.score_extras.iter().chain(&self.dscore_extras));
         v
     }
+
+    /// The dtype the kernel stores result `i` in: [`crate::flash::FlashSpec::half`]'s, but
+    /// the whole backward's `dQ` partial sums are `f32` (the sum kernel after it rounds).
+    pub fn result_dtype(&self, i: usize) -> sinter_ir::DType {
+        use crate::flash::FlashKind;
+        let partials = self.spec.kind == FlashKind::Backward && i == 2;
+        if self.spec.half.contains(i) && !partials {
+            sinter_ir::DType::F16
+        } else {
+            sinter_ir::DType::F32
+        }
+    }
 }
 
 /// The tensors an epilogue reads besides the value it is applied to (its operand 0).

@@ -19,7 +19,8 @@
 //! flash kernels (measured on GPT-2-small's layer, compile only: the optimizer then kept score
 //! matrices). The flash kernels the attention rules find read those operands from the `f16`
 //! products, not from the casts (`optimize::attention`'s `widened`: exact, so the casts cost
-//! nothing), and their tensor-core forms round what they multiply to `f16` themselves. Every output and
+//! nothing), their tensor-core forms round what they multiply to `f16` themselves, and they
+//! store the gradients of those `f16` operands in `f16` (`flash-f16-result`). Every output and
 //! assigned value keeps its dtype (cast back where its op now runs in `f16`), so the program's
 //! interface does not change. Autodiff then makes the backward: the gradient of an `f16` value is
 //! `f16`, and a param's gradient reaches it through the cast as `f32`.

@@ -728,7 +728,8 @@ impl Lowering<'_> {
                 out: dq,
                 epilogue: None,
                 flash_dq: true,
-                out_dtype: DType::F32,
+                // dQ as the spec stores it: the partial sums are f32, the sum rounds once
+                out_dtype: self.g.ty(node.outputs[2]).dtype,
             });
         }
         let dq_group_stride = outputs.last().map_or(0, |v| v.shape.iter().product());

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use sinter_compiler::flash::variant::Tiling;
-use sinter_compiler::flash::{FlashKind, FlashSpec};
+use sinter_compiler::flash::{FlashKind, FlashSpec, HalfResults};
 use sinter_compiler::fused::{Access, Axis, Inst, Output, Program, Scalar};
 use sinter_compiler::kgraph::{KDef, KNode, KValue, KValueId, KernelGraph, KernelOp, evaluate};
 use sinter_ir::interp::Tensor;
@@ -131,6 +131,9 @@ struct Case {
     /// The dtype of `q`, `k`, `v` and `dO` (`f16`: the operands autocast gives attention,
     /// which the kernels read from `f16` storage).
     operands: DType,
+    /// Whether the kernel stores every result that may be `f16` in `f16`
+    /// ([`FlashSpec::may_be_half`]).
+    f16_results: bool,
 }
 
 impl Case {
@@ -152,6 +155,15 @@ impl Case {
             mask,
             shared_kv,
             operands: DType::F32,
+            f16_results: false,
+        }
+    }
+
+    /// The case storing its results in `f16` where they may be.
+    fn with_f16_results(self) -> Case {
+        Case {
+            f16_results: true,
+            ..self
         }
     }
 
@@ -234,11 +246,17 @@ fn flash_graph(case: &Case, kind: FlashKind) -> KernelGraph {
         inputs.push(value(&mut kg, "lse", f(case.sq, 1, false)));
         inputs.push(value(&mut kg, "delta", f(case.sq, 1, false)));
     }
-    let spec = FlashSpec {
+    let mut spec = FlashSpec {
         kind,
         score: score(&case.batch, case.sq, case.sk, scale, case.mask),
         dscore: backward.then(|| dscore(&case.batch, case.sq, case.sk, scale, case.mask)),
+        half: HalfResults::NONE,
     };
+    if case.f16_results {
+        spec.half = (0..3)
+            .filter(|&i| spec.may_be_half(i))
+            .fold(HalfResults::NONE, HalfResults::with);
+    }
     if let Mask::Additive = case.mask {
         inputs.push(value(
             &mut kg,
@@ -298,14 +316,32 @@ fn check_edited(
     edit: &dyn Fn(&str, &mut Tensor),
 ) {
     let (want, got) = run_flash(case, kind, options, choice, edit);
+    assert_close(case, kind, options, &want, &got);
+}
+
+/// The GPU's results `got` are the semantics' `want`, within what the kernel's form allows.
+fn assert_close(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    want: &[(String, Tensor)],
+    got: &HashMap<String, Tensor>,
+) {
     // products of f16 operands (11 significant bits) on tensor cores, else f32 throughout
-    let tolerance = match (options.flash.tensor_cores, kind) {
+    let tolerance: f64 = match (options.flash.tensor_cores, kind) {
         (false, _) => 1e-4,
         (true, FlashKind::Forward) => 4e-3,
         // the score gradient P·(dP − D) subtracts two sums of f16 products
         (true, _) => 1e-2,
     };
-    for (name, w) in &want {
+    // an f16 result: the semantics' f64 and the kernel's f32 may round to neighbouring f16
+    // numbers (one step is at most 2^-10 of the value)
+    let tolerance = if case.f16_results {
+        tolerance.max(2e-3)
+    } else {
+        tolerance
+    };
+    for (name, w) in want {
         let a = &got[name];
         let err = relative_error(&a.data, &w.data);
         if options.flash.tensor_cores {
@@ -443,6 +479,57 @@ fn f16_operands() {
     }
 }
 
+/// Every kernel storing its results in `f16` where they may be (`O`, dQ, dK, dV: what
+/// `flash-f16-result` makes of a cast after a result), on `f16` operands.
+#[test]
+fn f16_results() {
+    let options = sinter_compiler::Options::default();
+    let choice = AdapterChoice::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cases = cases();
+    for case in [0, 4, 5, 8].map(|i| cases[i].clone().in_f16()) {
+        for kind in ALL_KINDS {
+            check_f16_results(&case, kind, &options, &choice);
+        }
+    }
+}
+
+/// Each `f16` result of the kernel of `kind` over `case` with [`Case::with_f16_results`] is
+/// the `f32` kernel's rounded to `f16`, bit for bit (what makes the rule exact), and the other
+/// results are the `f32` kernel's; and they are the semantics'.
+fn check_f16_results(
+    case: &Case,
+    kind: FlashKind,
+    options: &sinter_compiler::Options,
+    choice: &AdapterChoice,
+) {
+    let half = case.clone().with_f16_results();
+    let kg = flash_graph(&half, kind);
+    let artifact = sinter_compiler::compile_kernel_graph(&kg, options)
+        .unwrap_or_else(|e| panic!("compile: {e}"));
+    assert!(
+        artifact
+            .kernels
+            .iter()
+            .any(|k| k.wgsl.contains("f16(round_f16(")),
+        "{kind:?} stores no f16 result"
+    );
+    let (_, wide) = run_flash(case, kind, options, choice, &|_, _| {});
+    let (want, narrow) = run_flash(&half, kind, options, choice, &|_, _| {});
+    for (name, _) in &want {
+        let (w, n) = (&wide[name], &narrow[name]);
+        let is_half = (kg.values.iter())
+            .any(|v| v.name == *name && v.def != KDef::Input && v.ty.dtype == DType::F16);
+        for (e, (&x, &y)) in w.data.iter().zip(&n.data).enumerate() {
+            let expect = if is_half { DType::F16.round(x) } else { x };
+            assert!(
+                expect.to_bits() == y.to_bits() || (expect.is_nan() && y.is_nan()),
+                "{kind:?} `{name}`[{e}]: f32 kernel {x:e}, f16 kernel {y:e}"
+            );
+        }
+    }
+    assert_close(&half, kind, options, &want, &narrow);
+}
+
 /// The kinds of flash kernel.
 const ALL_KINDS: [FlashKind; 4] = [
     FlashKind::Forward,
@@ -499,6 +586,7 @@ fn tensor_cores() {
             check_special(case, kind, &options, &choice, &[]);
             let half = case.clone().in_f16();
             check_special(&half, kind, &options, &choice, &[]);
+            check_f16_results(&half, kind, &options, &choice);
         }
     }
 }
@@ -775,6 +863,7 @@ fn special_values_under(
         mask,
         shared_kv: false,
         operands,
+        f16_results: false,
     };
     for case in [
         c(300, 300, forward[0], Mask::Causal),
@@ -873,6 +962,7 @@ fn backward_whole_walks_key_blocks() {
         mask,
         shared_kv: false,
         operands: DType::F32,
+        f16_results: false,
     };
     for case in [
         c(vec![1, 2], 300, 300, 16, Mask::Causal),
@@ -920,6 +1010,7 @@ fn other_tilings() {
                 mask,
                 shared_kv: false,
                 operands: DType::F32,
+                f16_results: false,
             });
         }
     }
@@ -932,6 +1023,7 @@ fn other_tilings() {
         mask,
         shared_kv,
         operands: DType::F32,
+        f16_results: false,
     };
     cases.extend([
         c(17, 129, 64, 64, Mask::Causal, false),

@@ -287,6 +287,59 @@ fn flash_attention_tensor_cores_d128() {
     );
 }
 
+/// Flash attention as a mixed-precision step feeds it: `f16` q, k, v and dO read from `f16`
+/// storage (widened as they load), and the gradients of those `f16` values stored in `f16` by
+/// the backward (`flash-f16-result`: rounded as the casts it replaces round); `O` stays `f32`
+/// (the delta and the output read it). The plain form, then the tensor-core form.
+#[test]
+fn flash_attention_f16() {
+    let src = "graph a {
+  input x: f16[1, 2, 128, 64]
+  input kx: f16[1, 2, 128, 64]
+  input vx: f16[1, 2, 128, 64]
+  input w: f32[1, 2, 128, 64]
+  o = attention(cast(x, dtype=\"f32\"), cast(kx, dtype=\"f32\"), cast(vx, dtype=\"f32\"), causal=true)
+  loss = sum(mul(o, w))
+  dx, dk, dv = grad(loss, x, kx, vx)
+  output loss, dx, dk, dv
+}
+";
+    let graph = sinter_ir::text::parse(src).unwrap_or_else(|d| panic!("{}", d.render("t", src)));
+    let mut text = String::new();
+    for tensor_cores in [false, true] {
+        let artifact = sinter_compiler::compile(&graph, &flash_options(tensor_cores))
+            .expect("compiles")
+            .artifact;
+        writeln!(
+            text,
+            "##### tensor cores: {tensor_cores}; requires {}",
+            artifact.requirements.features.join(", ")
+        )
+        .unwrap();
+        for k in artifact
+            .kernels
+            .iter()
+            .filter(|k| k.pattern.starts_with("flash"))
+        {
+            writeln!(text, "\n===== {} ({}) =====\n{}", k.name, k.pattern, k.wgsl).unwrap();
+        }
+    }
+    snapshot("flash_attention_f16", &text);
+}
+
+/// `--attention flash`, and with `tensor_cores` `--tensor-cores`.
+fn flash_options(tensor_cores: bool) -> sinter_compiler::Options {
+    let mut options = sinter_compiler::Options {
+        attention: sinter_compiler::optimize::AttentionPolicy::Flash,
+        ..Default::default()
+    };
+    if tensor_cores {
+        options.target = options.target.with_tensor_cores();
+        options.flash.tensor_cores = true;
+    }
+    options
+}
+
 /// The flash kernels of a causal attention's training step at head dim `d` over two blocks of
 /// 64 queries, compiled with `--tensor-cores`, after the features the artifact requires.
 fn tensor_core_kernels(d: usize) -> String {
@@ -304,13 +357,7 @@ fn tensor_core_kernels(d: usize) -> String {
 "
     );
     let graph = sinter_ir::text::parse(&src).unwrap_or_else(|d| panic!("{}", d.render("t", &src)));
-    let mut options = sinter_compiler::Options {
-        attention: sinter_compiler::optimize::AttentionPolicy::Flash,
-        ..Default::default()
-    };
-    options.target = options.target.with_tensor_cores();
-    options.flash.tensor_cores = true;
-    let artifact = sinter_compiler::compile(&graph, &options)
+    let artifact = sinter_compiler::compile(&graph, &flash_options(true))
         .expect("compiles")
         .artifact;
     let mut text = format!("requires {}\n", artifact.requirements.features.join(", "));

@@ -63,6 +63,32 @@ pub struct FlashSpec {
     pub score: Program,
     /// The score function's backward (backward kernels); its operand 0 is `dS`.
     pub dscore: Option<Program>,
+    /// The results the kernel stores in `f16`, rounding as a `cast` does: those whose
+    /// readers read them through such a cast (`optimize::attention`'s `flash-f16-result`).
+    /// `L` is always `f32`; the whole backward's `dQ` partial sums are too, and the kernel
+    /// that adds them rounds.
+    pub half: HalfResults,
+}
+
+/// A set of a flash kernel's result indices (see [`FlashSpec::half`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HalfResults(u8);
+
+impl HalfResults {
+    pub const NONE: HalfResults = HalfResults(0);
+
+    pub fn contains(self, result: usize) -> bool {
+        result < 8 && self.0 & (1 << result) != 0
+    }
+
+    pub fn with(self, result: usize) -> HalfResults {
+        debug_assert!(result < 8);
+        HalfResults(self.0 | 1 << result)
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl FlashSpec {
@@ -94,9 +120,29 @@ impl FlashSpec {
         }
     }
 
+    /// Whether result `i` may be stored in `f16`: `O`, dQ, dK and dV, not `L`.
+    pub fn may_be_half(&self, i: usize) -> bool {
+        match self.kind {
+            FlashKind::Forward | FlashKind::BackwardDq => i == 0,
+            FlashKind::BackwardDkDv => i < 2,
+            FlashKind::Backward => i < 3,
+        }
+    }
+
     /// The result types, from the input types: `f32`, whatever the operands' dtypes (a kernel
-    /// widens `f16` operands as it loads them).
+    /// widens `f16` operands as it loads them), except the [`FlashSpec::half`] ones.
     pub fn output_types(&self, inputs: &[TensorType]) -> Vec<TensorType> {
+        let mut outs = self.f32_output_types(inputs);
+        for (i, t) in outs.iter_mut().enumerate() {
+            if self.half.contains(i) {
+                debug_assert!(self.may_be_half(i));
+                t.dtype = sinter_ir::DType::F16;
+            }
+        }
+        outs
+    }
+
+    fn f32_output_types(&self, inputs: &[TensorType]) -> Vec<TensorType> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         match self.kind {
             FlashKind::Forward => {
@@ -136,6 +182,13 @@ impl std::fmt::Display for FlashSpec {
         write!(f, "score: {}", self.score)?;
         if let Some(g) = &self.dscore {
             write!(f, "dscore: {g}")?;
+        }
+        if !self.half.is_empty() {
+            let half: Vec<String> = (0..8)
+                .filter(|&i| self.half.contains(i))
+                .map(|i| i.to_string())
+                .collect();
+            write!(f, "\nresults stored in f16: {}", half.join(", "))?;
         }
         Ok(())
     }

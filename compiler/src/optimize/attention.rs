@@ -15,7 +15,9 @@
 //! - **flash-attention-backward**: with `G = dscore(P ∘ (dP − D))` (the score function's backward
 //!   applied to the softmax backward), `G · k`, `qᵀ · G` and `Pᵀ · dO` (autodiff's dQ, dKᵀ and
 //!   dV) are the results of the dQ kernel and (transposed) of the dK/dV kernel, whose inputs
-//!   are `q, k, v, dO, L, D` and the score function's operands.
+//!   are `q, k, v, dO, L, D` and the score function's operands;
+//! - **flash-f16-result**: `cast(view(r), f16) = view(r')`, where `r'` is result `r` of the same
+//!   kernel stored in `f16` (it rounds as the cast does), where only such casts read `r`.
 //!
 //! Once these hold in the e-graph, extraction chooses the kernels when the cost model says they
 //! are cheaper than the `[Sq, Sk]` products they replace, which they are at any length.
@@ -28,7 +30,7 @@ use super::analysis::{Graph, Types};
 use super::lang::{ENode, Head, Interned};
 use super::rules::computed;
 use crate::flash::variant::MAX_HEAD_DIM;
-use crate::flash::{FlashKind, FlashSpec};
+use crate::flash::{FlashKind, FlashSpec, HalfResults};
 use crate::fused::{Access, Axis, Inst, Output, Program, Scalar, broadcast_access};
 
 /// The attention rules.
@@ -37,6 +39,7 @@ pub const ATTENTION_DELTA: &str = "attention-delta";
 pub const FLASH_FORWARD: &str = "flash-attention-forward";
 pub const FLASH_BACKWARD: &str = "flash-attention-backward";
 pub const MERGE_FLASH_BACKWARD: &str = "merge-flash-backward";
+pub const FLASH_F16_RESULT: &str = "flash-f16-result";
 
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rewrite<ENode, Types>> {
@@ -49,6 +52,8 @@ pub fn rules() -> Vec<Rewrite<ENode, Types>> {
         computed(FLASH_FORWARD,   Op::Matmul, flash_forward),
         // G·k = dq(..), qᵀ·G = dkdv(..).0ᵀ, Pᵀ·dO = dkdv(..).1
         computed(FLASH_BACKWARD,  Op::Matmul, flash_backward),
+        // cast(flash(..).i, f16) = flash(.., result i in f16).i
+        computed(FLASH_F16_RESULT, Op::Cast,  f16_result),
     ]
 }
 
@@ -442,23 +447,7 @@ fn widened_within(g: &mut Graph, c: Id, views: usize) -> Id {
     if views == 0 {
         return c;
     }
-    let candidates: Vec<ENode> = (g[c].nodes.iter())
-        .filter(|n| {
-            n.ir().is_some_and(|(op, _)| {
-                matches!(
-                    op,
-                    Op::Reshape
-                        | Op::Permute
-                        | Op::Transpose
-                        | Op::BroadcastTo
-                        | Op::Unsqueeze
-                        | Op::Squeeze
-                )
-            })
-        })
-        .cloned()
-        .collect();
-    for n in candidates {
+    for n in views_in(g, c) {
         let kid = g.find(n.kids[0]);
         let inner = widened_within(g, kid, views - 1);
         if inner != kid {
@@ -476,6 +465,35 @@ fn widened_within(g: &mut Graph, c: Id, views: usize) -> Id {
         }
     }
     c
+}
+
+/// Whether every reader of class `c` is a cast to `f16`, or a view (at most `views` deep)
+/// whose readers are.
+fn read_as_f16(g: &Graph, c: Id, views: usize) -> bool {
+    g[c].parents().all(|p| {
+        let n = g.id_to_node(p);
+        match n.ir() {
+            Some((Op::Cast, attrs)) => attrs.try_of(key::DTYPE) == Some(DType::F16),
+            Some((op, _)) if is_view(op) && views > 0 => read_as_f16(g, g.find(p), views - 1),
+            _ => false,
+        }
+    })
+}
+
+/// The view nodes of class `c`.
+fn views_in(g: &Graph, c: Id) -> Vec<ENode> {
+    (g[c].nodes.iter())
+        .filter(|n| n.ir().is_some_and(|(op, _)| is_view(op)))
+        .cloned()
+        .collect()
+}
+
+/// The ops that only view their operand, and so commute with a `cast`.
+fn is_view(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape | Op::Permute | Op::Transpose | Op::BroadcastTo | Op::Unsqueeze | Op::Squeeze
+    )
 }
 
 /// Whether a flash kernel takes these shapes: head dimensions within its limit.
@@ -496,6 +514,7 @@ fn forward(g: &mut Graph, p: Id, v: Id) -> Option<(Id, Softmax, Score)> {
         kind: FlashKind::Forward,
         score: sc.program.clone(),
         dscore: None,
+        half: HalfResults::NONE,
     };
     let mut kids = vec![widened(g, sc.q), widened(g, sc.k), widened(g, v)];
     kids.extend(&sc.extras);
@@ -622,6 +641,7 @@ fn backward(g: &mut Graph, x: Id, kind: FlashKind) -> Option<(Id, Id, Id)> {
         kind,
         score: sc.program,
         dscore: Some(bw.dscore),
+        half: HalfResults::NONE,
     };
     let mut kids = vec![
         widened(g, sc.q),
@@ -677,6 +697,80 @@ fn flash_backward(g: &mut Graph, n: &ENode) -> Option<Id> {
         }
     }
     dv
+}
+
+/// `cast(flash(..).i, f16)`: result `i` of the same kernel stored in `f16`, which rounds the
+/// `f32` it computes as the cast does (exact); also through views (`cast(view(r)) =
+/// view(cast(r))`), as autodiff casts a gradient after the views that undo attention's. The
+/// kernel's other results are the old kernel's, so extraction may take every result of the
+/// new kernel at once (dK and dV cast for the products after them) and drop the old one and
+/// the cast kernels; where the `f32` result has readers of its own (the forward's `O`, which
+/// the backward's delta reads) it keeps the old kernel and the cast.
+fn f16_result(g: &mut Graph, n: &ENode) -> Option<Id> {
+    let (_, attrs) = n.ir()?;
+    if attrs.try_of(key::DTYPE) != Some(DType::F16) {
+        return None;
+    }
+    f16_result_within(g, n.kids[0], 4)
+}
+
+/// [`f16_result`] of class `c`, through at most `views` view nodes.
+fn f16_result_within(g: &mut Graph, c: Id, views: usize) -> Option<Id> {
+    let c = g.find(c);
+    if g[c].data.ty.dtype != DType::F32 {
+        return None;
+    }
+    // every kernel whose result `i` the class is (several once some results are `f16`),
+    // where nothing reads the `f32` result but through casts to `f16`: else extraction could
+    // take a second kernel for the `f16` result (the training step's delta reads `O`)
+    let mut found = Vec::new();
+    if !read_as_f16(g, c, 4) {
+        return None;
+    }
+    for p in &g[c].nodes {
+        let Head::Proj(i) = p.head else { continue };
+        let tuple = g.find(p.kids[0]);
+        for t in &g[tuple].nodes {
+            if let Head::Flash(spec) = &t.head
+                && spec.may_be_half(i as usize)
+                && !spec.half.contains(i as usize)
+            {
+                found.push((i, tuple, (**spec).clone(), t.kids.clone()));
+            }
+        }
+    }
+    let mut result: Option<Id> = None;
+    for (i, tuple, spec, kids) in found {
+        let types: Vec<_> = kids.iter().map(|&k| g[k].data.ty.clone()).collect();
+        let results = spec.output_types(&types).len() as u8;
+        let half = FlashSpec {
+            half: spec.half.with(i as usize),
+            ..spec
+        };
+        let new = g.add(ENode::new(Head::Flash(Interned::new(half)), kids));
+        for j in (0..results).filter(|&j| j != i) {
+            let old = g.lookup(ENode::new(Head::Proj(j), vec![tuple]));
+            let other = g.add(ENode::new(Head::Proj(j), vec![new]));
+            if let Some(old) = old {
+                g.union(old, other);
+            }
+        }
+        let this = g.add(ENode::new(Head::Proj(i), vec![new]));
+        if let Some(r) = result {
+            g.union(r, this);
+        }
+        result = Some(this);
+    }
+    if result.is_some() || views == 0 {
+        return result;
+    }
+    for n in views_in(g, c) {
+        if let Some(inner) = f16_result_within(g, n.kids[0], views - 1) {
+            let (op, attrs) = n.ir().expect("a view op");
+            return Some(g.add(ENode::op(op, attrs.clone(), vec![inner])));
+        }
+    }
+    None
 }
 
 /// The classes of `G` (a product's gradient) built from softmax `p` and output gradient `d_o`
@@ -758,6 +852,18 @@ pub fn merge_backward(
                 })
         });
         let Some(b) = partner else { continue };
+        // each result keeps its storage: dK and dV at 0 and 1, dQ at 2
+        let second_half = spec_of(&kg.nodes[b]).expect("a flash partner").half;
+        let (dkdv_half, dq_half) = if first.kind == FlashKind::BackwardDkDv {
+            (first.half, second_half)
+        } else {
+            (second_half, first.half)
+        };
+        let half = if dq_half.contains(0) {
+            dkdv_half.with(2)
+        } else {
+            dkdv_half
+        };
         let second = std::mem::replace(
             &mut kg.nodes[b],
             KNode {
@@ -789,6 +895,7 @@ pub fn merge_backward(
         *first_node = KNode {
             op: KernelOp::Flash(Box::new(FlashSpec {
                 kind: FlashKind::Backward,
+                half,
                 ..first
             })),
             inputs: first_node.inputs.clone(),

@@ -813,10 +813,14 @@ fn to_kernel_graph(
                 inputs,
                 outputs: outs.clone(),
                 sources,
-                rules: vec![match spec.kind {
-                    crate::flash::FlashKind::Forward => attention::FLASH_FORWARD.to_string(),
-                    _ => attention::FLASH_BACKWARD.to_string(),
-                }],
+                rules: [match spec.kind {
+                    crate::flash::FlashKind::Forward => attention::FLASH_FORWARD,
+                    _ => attention::FLASH_BACKWARD,
+                }]
+                .into_iter()
+                .chain((!spec.half.is_empty()).then_some(attention::FLASH_F16_RESULT))
+                .map(str::to_string)
+                .collect(),
             });
             results.insert(c, outs);
             continue;

@@ -301,8 +301,8 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let q = bind(&mut s, e, "q", &k.q, nb);
     let kk = bind(&mut s, e, "k", &k.k, nb);
     let v = bind(&mut s, e, "v", &k.v, nb);
-    let o = bind(&mut s, e, "o", &k.outputs[0], nb);
-    let l = bind(&mut s, e, "l", &k.outputs[1], nb);
+    let o = bind_result(&mut s, e, "o", k, 0);
+    let l = bind_result(&mut s, e, "l", k, 1);
     let mut cx = body(s, nb, fixed);
     // the query block, as f16, to registers: the A operands of the subgroup's score tiles
     // (rows `(sg_id + 8n) / 4`), each 16 × 16 and row-major
@@ -473,11 +473,8 @@ fn emit_forward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     cx.through_ss("ao", dv, COLS, false, 1, &|first, rows| {
         format!(
             "if (i < SQ) {{\n{}\n}}",
-            own_row(first, rows, &|at, column| format!(
-                "{}[{}] = ss[{at}] / lt;",
-                o.stored(),
-                o.at("i", column)
-            ))
+            own_row(first, rows, &|at, column| o
+                .store(&o.at("i", column), &format!("ss[{at}] / lt")))
         )
     });
     cx.line(
@@ -557,11 +554,8 @@ pub fn emit_backward(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     let chunks = maxima.shape[maxima.rank() - 2];
     let maxima_mat = bind(&mut s, e, "gm", maxima, nb);
     s.push_str(&gradient_scale(&maxima_mat, chunks));
-    let outs: Vec<Mat> = k
-        .outputs
-        .iter()
-        .enumerate()
-        .map(|(i, view)| bind(&mut s, e, &format!("out{i}"), view, nb))
+    let outs: Vec<Mat> = (0..k.outputs.len())
+        .map(|i| bind_result(&mut s, e, &format!("out{i}"), k, i))
         .collect();
     let mut cx = body(s, nb, fixed);
     // the row block's operands (A, row-major) and the walked side's (B)
@@ -1005,10 +999,9 @@ impl Body {
     ) {
         self.through_ss(acc, width, cols, false, 1, &|first, rows| {
             format!(
-                "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {first}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {}[{}] = ss[e]{scale}; }} }}",
+                "for (var n = 0u; n < {}u; n = n + 1u) {{ let e = lid + n * {THREADS}u; let i = {first}u + e / {width}u; let c = e % {width}u; if (row0 + i < {len}) {{ {} }} }}",
                 rows * width / THREADS,
-                out.stored(),
-                out.at("row0 + i", "c")
+                out.store(&out.at("row0 + i", "c"), &format!("ss[e]{scale}"))
             )
         });
     }

@@ -187,13 +187,15 @@ fn per_row(ra: usize, init: &str) -> String {
     }
 }
 
-/// An operand read as `[batch.., rows, cols]`: its arena, base word and the param words of its
-/// strides.
+/// An operand read, or a result written, as `[batch.., rows, cols]`: its arena, base word and
+/// the param words of its strides.
 struct Mat {
     arena: String,
-    /// Whether the arena holds `f16` (an operand read through a cast: loads widen it to `f32`,
-    /// exactly).
-    half: bool,
+    /// The arena's storage: an `f16` arena's loads widen to `f32`, exactly.
+    storage: Storage,
+    /// The dtype of the elements: results stored as `f16` values are rounded as a `cast`
+    /// rounds ([`crate::kernel::Flash::result_dtype`]); operands are read as they are stored.
+    dtype: DType,
     base: String,
     batch: Vec<String>,
     row: String,
@@ -207,7 +209,8 @@ impl Mat {
         debug_assert_eq!(r, nb + 2, "{v:?}");
         Mat {
             arena: e.arena(v.buffer),
-            half: e.storage(v.buffer) == Storage::Half,
+            storage: e.storage(v.buffer),
+            dtype: DType::F32,
             base: e.base(v.buffer, v.offset, name),
             batch: (v.strides[..nb].iter().enumerate())
                 .map(|(a, &s)| e.param(s, &format!("{name}.stride[b{a}]")))
@@ -228,13 +231,33 @@ impl Mat {
     /// The element at `[row, col]`, as `f32`.
     fn load(&self, row: &str, col: &str) -> String {
         let x = format!("{}[{}]", self.arena, self.at(row, col));
-        if self.half { format!("f32({x})") } else { x }
+        if self.storage == Storage::Half {
+            format!("f32({x})")
+        } else {
+            x
+        }
     }
 
-    /// The arena of a result: results are `f32` ([`crate::flash::FlashSpec::output_types`]).
+    /// The statement that stores the f32 `value` at word `at`, as the result's dtype and the
+    /// arena's storage hold it.
+    fn store(&self, at: &str, value: &str) -> String {
+        crate::codegen::store(&self.arena, at, value, self.dtype, self.storage)
+    }
+
+    /// The arena of an `f32` result (the log-sum-exp, maxima, `dQ` partial sums), which
+    /// statements read back as well as write.
     fn stored(&self) -> &str {
-        debug_assert!(!self.half, "a flash kernel's results are f32");
+        debug_assert!(self.dtype == DType::F32 && self.storage == Storage::Word);
         &self.arena
+    }
+}
+
+/// Binds result `i` of `k` as [`bind`] does, with the dtype the kernel stores it in.
+fn bind_result(s: &mut String, e: &mut Emitter, name: &str, k: &Flash, i: usize) -> Mat {
+    let nb = k.batch.len();
+    Mat {
+        dtype: k.result_dtype(i),
+        ..bind(s, e, name, &k.outputs[i], nb)
     }
 }
 
@@ -314,19 +337,16 @@ pub fn emit(e: &mut Emitter, k: &Flash) -> (String, [u32; 3], u32) {
     };
     match k.spec.kind {
         FlashKind::Forward => {
-            let o = bind(&mut cx.s, e, "o", &k.outputs[0], nb);
-            let l = bind(&mut cx.s, e, "l", &k.outputs[1], nb);
+            let o = bind_result(&mut cx.s, e, "o", k, 0);
+            let l = bind_result(&mut cx.s, e, "l", k, 1);
             cx.forward(&q, &kk, &v, &o, &l, k);
         }
         FlashKind::BackwardDq | FlashKind::BackwardDkDv | FlashKind::Backward => {
             let d_o = bind(&mut cx.s, e, "do", k.d_o.as_ref().expect("dO"), nb);
             let lse = bind(&mut cx.s, e, "lse", k.lse.as_ref().expect("L"), nb);
             let delta = bind(&mut cx.s, e, "dd", k.delta.as_ref().expect("D"), nb);
-            let outs: Vec<Mat> = k
-                .outputs
-                .iter()
-                .enumerate()
-                .map(|(i, view)| bind(&mut cx.s, e, &format!("out{i}"), view, nb))
+            let outs: Vec<Mat> = (0..k.outputs.len())
+                .map(|i| bind_result(&mut cx.s, e, &format!("out{i}"), k, i))
                 .collect();
             let ops = Operands {
                 q: &q,
@@ -1008,12 +1028,12 @@ impl Body {
         rows: &str,
         value: &dyn Fn(&str, usize) -> String,
     ) {
-        self.write_rows(1, out, acc, width, ("row0", rows), &|arena, at, x, a| {
-            format!("{arena}[{at}] = {};", value(x, a))
+        self.write_rows(1, out, acc, width, ("row0", rows), &|out, at, x, a| {
+            out.store(at, &value(x, a))
         });
     }
 
-    /// The statements `store(arena, address, element, a)` that write each element of the
+    /// The statements `store(out, address, element, a)` that write each element of the
     /// accumulator `acc` (`width` columns) of rows `first + ty + TY·a` (a < RA of the current
     /// tiling) to `out`; rows past `rows` and columns past `width` are not written.
     fn write_rows(
@@ -1023,7 +1043,7 @@ impl Body {
         acc: &str,
         width: usize,
         (first, rows): (&str, &str),
-        store: &dyn Fn(&str, &str, &str, usize) -> String,
+        store: &dyn Fn(&Mat, &str, &str, usize) -> String,
     ) {
         let (txs, tys) = (self.t.threads_x, self.t.threads_y);
         let nq = self.t.nq(width);
@@ -1036,7 +1056,7 @@ impl Body {
                 for (k, comp) in COMP.iter().enumerate() {
                     let col = format!("(tx + {}u) * 4u + {k}u", txs * q);
                     let x = format!("{acc}[{}].{comp}", a * nq + q);
-                    let store = store(out.stored(), &out.at("i", &col), &x, a);
+                    let store = store(out, &out.at("i", &col), &x, a);
                     if QUAD * (txs * q + txs - 1) + k < width {
                         writeln!(t, "    {store}").unwrap();
                     } else {
@@ -1553,11 +1573,14 @@ impl Body {
     fn add_dq(&mut self, dq: &Mat, acc: Option<&str>, width: usize) {
         let t = self.t;
         self.t = self.dq_tiling();
-        let store = |arena: &str, at: &str, x: &str, _| match acc {
-            Some(_) => format!(
-                "{{ let at = {at}; if (wk == 0u) {{ {arena}[at] = {x}; }} else {{ {arena}[at] = {arena}[at] + {x}; }} }}"
-            ),
-            None => format!("{arena}[{at}] = 0.0;"),
+        let store = |dq: &Mat, at: &str, x: &str, _| {
+            let arena = dq.stored();
+            match acc {
+                Some(_) => format!(
+                    "{{ let at = {at}; if (wk == 0u) {{ {arena}[at] = {x}; }} else {{ {arena}[at] = {arena}[at] + {x}; }} }}"
+                ),
+                None => format!("{arena}[{at}] = 0.0;"),
+            }
         };
         self.write_rows(2, dq, acc.unwrap_or("dqa"), width, ("col0", "SQ"), &store);
         self.t = t;
@@ -1906,7 +1929,8 @@ mod tests {
                     );
                     let m = Mat {
                         arena: String::new(),
-                        half: false,
+                        storage: Storage::Word,
+                        dtype: DType::F32,
                         base: String::new(),
                         batch: Vec::new(),
                         row: String::new(),
