@@ -91,6 +91,10 @@ const RULE_CASES: &[(&str, &str)] = &[
         "squeeze-unsqueeze",
         "y = squeeze(unsqueeze(x, axis=1), axis=1)",
     ),
+    (
+        "cast-view",
+        "y = cast(permute(cast(t, dtype=\"f16\"), perm=[2, 0, 1]), dtype=\"f32\")",
+    ),
 ];
 
 #[test]

@@ -28,7 +28,7 @@ use sinter_ir::{Attrs, DType, Op, key};
 
 use super::analysis::{Graph, Types};
 use super::lang::{ENode, Head, Interned};
-use super::rules::computed;
+use super::rules::{computed, is_view};
 use crate::flash::variant::MAX_HEAD_DIM;
 use crate::flash::{FlashKind, FlashSpec, HalfResults};
 use crate::fused::{Access, Axis, Inst, Output, Program, Scalar, broadcast_access};
@@ -486,14 +486,6 @@ fn views_in(g: &Graph, c: Id) -> Vec<ENode> {
         .filter(|n| n.ir().is_some_and(|(op, _)| is_view(op)))
         .cloned()
         .collect()
-}
-
-/// The ops that only view their operand, and so commute with a `cast`.
-fn is_view(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Reshape | Op::Permute | Op::Transpose | Op::BroadcastTo | Op::Unsqueeze | Op::Squeeze
-    )
 }
 
 /// Whether a flash kernel takes these shapes: head dimensions within its limit.

@@ -10,7 +10,7 @@ use egg::{
     Applier, ConditionalApplier, Id, Pattern, PatternAst, Rewrite, SearchMatches, Searcher, Subst,
     Symbol, Var, rewrite,
 };
-use sinter_ir::{Attrs, Op, key};
+use sinter_ir::{Attrs, DType, Op, key};
 
 use super::analysis::{Graph, Types};
 use super::lang::{ENode, Kind};
@@ -250,7 +250,35 @@ pub fn layout() -> Vec<Rule> {
         computed("slice-grad-add",      Op::Add, slice_grad_add),
         // concat(.., concat(a, b, k), .., k) = concat(.., a, b, .., k)
         computed("concat-concat",       Op::Concat, concat_concat),
+        // cast(view(x)) = view(cast(x))
+        computed("cast-view",           Op::Cast, cast_view),
     ]
+}
+
+/// The ops that only view their operand (and so commute with elementwise ops such as `cast`).
+pub(super) fn is_view(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Reshape | Op::Permute | Op::Transpose | Op::BroadcastTo | Op::Unsqueeze | Op::Squeeze
+    )
+}
+
+/// `cast(view(x)) = view(cast(x))` for any view, between float dtypes (autocast's casts): a
+/// cast is elementwise, so it commutes with what only moves elements. A kernel can then cast
+/// where it copies (a reshape of a permuted tensor, which lowering copies, and the cast after
+/// it in one kernel), or cast the smaller side of a broadcast.
+fn cast_view(g: &mut Graph, n: &ENode) -> Option<Id> {
+    let (_, attrs) = n.ir()?;
+    let dtype: DType = attrs.try_of(key::DTYPE)?;
+    let float = |d: DType| matches!(d, DType::F32 | DType::F16);
+    if !float(dtype) || !float(g[n.kids[0]].data.ty.dtype) {
+        return None;
+    }
+    let view = (g[n.kids[0]].nodes.iter()).find(|v| v.ir().is_some_and(|(op, _)| is_view(op)))?;
+    let (op, view_attrs) = view.ir().expect("a view op");
+    let (view_attrs, x) = (view_attrs.clone(), view.kids[0]);
+    let cast = add_op(g, Op::Cast, Attrs::new().and(key::DTYPE, dtype), vec![x]);
+    Some(add_op(g, op, view_attrs, vec![cast]))
 }
 
 fn slice_grad_add(g: &mut Graph, n: &ENode) -> Option<Id> {
